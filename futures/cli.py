@@ -1,0 +1,414 @@
+"""The ``timers`` command: schedule, cancel and watch timers, and set up topics.
+
+Kafka connection and topic names come from the environment (``KAFKA_*``,
+``TIMERS_*``; see :mod:`ktimers.config`). Every failure a user can fix prints one
+line on stderr that says what to do, and exits with status 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import sys
+import time
+import uuid
+from collections.abc import Callable, Sequence
+from dataclasses import replace
+from pathlib import Path
+from typing import Any, NoReturn
+
+from confluent_kafka import OFFSET_BEGINNING, OFFSET_END, Consumer, KafkaError, KafkaException, TopicPartition
+from confluent_kafka.admin import AdminClient
+
+from futures.client import TimerClient
+from futures.durations import DURATION_HELP, INSTANT_HELP, parse_duration, parse_instant
+from ktimers.config import CommonConfig
+from ktimers.errors import DeliveryError, TimersError
+from ktimers.topics import create_topics, verify_topics
+from ktimers.wire import H_DUE_MS, H_FIRED_MS, header_value
+
+EXIT_USAGE = 2  # bad arguments, bad config, Kafka unreachable: the user must act
+EXIT_INCOMPLETE = 1  # watch --count not reached before --timeout
+
+# librdkafka logs every failed connection attempt; routed here and silenced
+# unless --verbose, so an unreachable broker yields one clear line, not a stream.
+kafka_log = logging.getLogger("timers.kafka")
+
+Handler = Callable[[argparse.Namespace], int]
+
+
+class UsageError(Exception):
+    """A command line or input problem; the message says how to fix it."""
+
+    def __init__(self, message: str, prog: str = "timers") -> None:
+        super().__init__(message)
+        self.prog = prog
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse that reports errors as one line instead of usage plus exit."""
+
+    def error(self, message: str) -> NoReturn:
+        raise UsageError(f"{message} (see: {self.prog} --help)", self.prog)
+
+
+def _duration(text: str) -> float:
+    try:
+        return parse_duration(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from exc
+
+
+def _instant(text: str) -> float:
+    try:
+        return parse_instant(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from exc
+
+
+def _header(text: str) -> tuple[str, str]:
+    name, sep, value = text.partition("=")
+    if not sep or not name:
+        raise argparse.ArgumentTypeError(f"header {text!r}: expected NAME=VALUE")
+    return name, value
+
+
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{text!r}: expected a whole number of at least 1")
+    return value
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = _Parser(prog="timers", description="Durable timers on Kafka.")
+    parser.add_argument("-v", "--verbose", action="store_true", help="show Kafka client logs")
+    commands = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+
+    sched = commands.add_parser("schedule", help="schedule a timer; prints its handle as JSON")
+    sched.add_argument("--topic", required=True, help="topic the callback record goes to")
+    sched.add_argument("--key", required=True, help="key of the callback record")
+    value = sched.add_mutually_exclusive_group(required=True)
+    value.add_argument("--value", help="value of the callback record (UTF-8 text)")
+    value.add_argument(
+        "--value-file", type=Path, help="file holding the callback value (raw bytes; - for stdin)"
+    )
+    when = sched.add_mutually_exclusive_group(required=True)
+    when.add_argument("--delay", type=_duration, help=f"fire after this long: {DURATION_HELP}")
+    when.add_argument("--at", type=_instant, help=f"fire at this time: {INSTANT_HELP}")
+    sched.add_argument("--id", help="timer id (default: random); reusing an id replaces that timer")
+    sched.add_argument("--token", help="token copied to the callback's kt-token header")
+    sched.add_argument(
+        "--header", type=_header, action="append", default=[], metavar="NAME=VALUE", help="callback header"
+    )
+    _add_delivery_timeout(sched)
+    sched.set_defaults(run=_schedule)
+
+    cancel = commands.add_parser("cancel", help="cancel a pending timer by id")
+    cancel.add_argument("id", metavar="ID", help="timer id, as printed by `timers schedule`")
+    cancel.add_argument("--key", help="request record key the timer was scheduled with (default: the id)")
+    _add_delivery_timeout(cancel)
+    cancel.set_defaults(run=_cancel)
+
+    watch = commands.add_parser("watch", help="print records arriving on a topic, with their lateness")
+    watch.add_argument("topic", metavar="TOPIC")
+    watch.add_argument("--from-beginning", action="store_true", help="start at the oldest record")
+    watch.add_argument("--count", type=_positive_int, help="stop after this many records")
+    watch.add_argument("--timeout", type=_duration, help=f"stop after this long: {DURATION_HELP}")
+    watch.set_defaults(run=_watch)
+
+    topics = commands.add_parser("topics", help="create or check the service's topics")
+    topic_commands = topics.add_subparsers(dest="topics_command", metavar="ACTION", required=True)
+    create = topic_commands.add_parser("create", help="create missing topics, then check the layout")
+    create.add_argument(
+        "--partitions", type=_positive_int, help="partition count (default: TIMERS_PARTITIONS)"
+    )
+    create.set_defaults(run=_topics_create)
+    check = topic_commands.add_parser("check", help="check the topics exist and are co-partitioned")
+    check.set_defaults(run=_topics_check)
+    return parser
+
+
+def _add_delivery_timeout(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--delivery-timeout",
+        type=_duration,
+        default=15.0,
+        help="give up if Kafka has not acknowledged the record after this long (default 15s)",
+    )
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of the ``timers`` console script; returns the exit status."""
+    parser = build_parser()
+    try:
+        args = parser.parse_args(argv)
+    except UsageError as exc:
+        return _fail(str(exc), exc.prog)
+    except SystemExit as exc:  # --help
+        return exc.code if isinstance(exc.code, int) else 0
+    _setup_logging(args.verbose)
+    run: Handler = args.run
+    try:
+        return run(args)
+    except UsageError as exc:
+        return _fail(str(exc), exc.prog)
+    except DeliveryError as exc:
+        return _fail(f"{exc}. Check KAFKA_BOOTSTRAP_SERVERS and that the brokers are running.")
+    except TimersError as exc:
+        return _fail(str(exc))
+    except KafkaException as exc:
+        return _fail(
+            f"Kafka error: {_reason(exc)}. Check KAFKA_BOOTSTRAP_SERVERS and the KAFKA_* security settings."
+        )
+    except KeyboardInterrupt:
+        return 130
+
+
+def _fail(message: str, prog: str = "timers") -> int:
+    print(f"{prog}: error: {message}", file=sys.stderr)
+    return EXIT_USAGE
+
+
+def _reason(exc: KafkaException) -> str:
+    """The librdkafka error text, without the KafkaError{...} wrapping."""
+    err = exc.args[0] if exc.args else None
+    return err.str() if isinstance(err, KafkaError) else str(exc)
+
+
+def _unreachable(common: CommonConfig, exc: KafkaException) -> TimersError:
+    return TimersError(
+        f"cannot reach Kafka at {common.kafka.bootstrap_servers} ({_reason(exc)}). "
+        "Check KAFKA_BOOTSTRAP_SERVERS and that the brokers are running."
+    )
+
+
+def _setup_logging(verbose: bool) -> None:
+    kafka_log.propagate = verbose
+    if verbose:
+        logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    elif not kafka_log.handlers:
+        kafka_log.addHandler(logging.NullHandler())
+
+
+def _common() -> CommonConfig:
+    return CommonConfig.from_env()
+
+
+def _print_json(obj: dict[str, Any]) -> None:
+    print(json.dumps(obj, ensure_ascii=False), flush=True)
+
+
+def _iso_ms(epoch_ms: int) -> str:
+    stamp = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(epoch_ms // 1000))
+    return f"{stamp}.{epoch_ms % 1000:03d}Z"
+
+
+def _client(common: CommonConfig, delivery_timeout_s: float) -> TimerClient:
+    return TimerClient(
+        common,
+        producer_config={"message.timeout.ms": max(1, round(delivery_timeout_s * 1000)), "logger": kafka_log},
+    )
+
+
+def _send_and_wait(client: TimerClient, delivery_timeout_s: float) -> None:
+    # message.timeout.ms makes librdkafka fail the record itself; the margin lets
+    # that precise error arrive before flush gives up.
+    client.close(timeout=delivery_timeout_s + 5.0)
+
+
+def _read_value(args: argparse.Namespace) -> bytes:
+    if args.value is not None:
+        return str(args.value).encode()
+    path: Path = args.value_file
+    try:
+        return sys.stdin.buffer.read() if str(path) == "-" else path.read_bytes()
+    except OSError as exc:
+        raise UsageError(
+            f"cannot read --value-file {str(path)!r}: {exc.strerror}", "timers schedule"
+        ) from exc
+
+
+def _schedule(args: argparse.Namespace) -> int:
+    payload = _read_value(args)
+    common = _common()
+    client = _client(common, args.delivery_timeout)
+    try:
+        handle = client.schedule(
+            args.topic,
+            args.key,
+            payload,
+            at=args.at,
+            delay=args.delay,
+            id=args.id,
+            token=args.token,
+            headers=args.header,
+        )
+    except ValueError as exc:
+        raise UsageError(str(exc), "timers schedule") from exc
+    _send_and_wait(client, args.delivery_timeout)
+    out: dict[str, Any] = {
+        "id": handle.id,
+        "topic": handle.callback_topic,
+        "key": args.key,
+        "due_ms": handle.due_ms,
+        "due": _iso_ms(handle.due_ms),
+    }
+    if handle.token is not None:
+        out["token"] = handle.token
+    _print_json(out)
+    return 0
+
+
+def _cancel(args: argparse.Namespace) -> int:
+    client = _client(_common(), args.delivery_timeout)
+    try:
+        client.cancel(args.id, record_key=args.key)
+    except ValueError as exc:
+        raise UsageError(str(exc), "timers cancel") from exc
+    _send_and_wait(client, args.delivery_timeout)
+    _print_json({"id": args.id, "record_key": args.key or args.id, "cancel": "sent"})
+    return 0
+
+
+def _text(data: bytes | None) -> str | None:
+    if data is None:
+        return None
+    try:
+        return data.decode()
+    except UnicodeDecodeError:
+        return repr(data)
+
+
+def _int_header(headers: list[tuple[str, bytes | None]], name: str) -> int | None:
+    raw = header_value(headers, name)
+    try:
+        return int(raw) if raw else None
+    except ValueError:
+        return None
+
+
+def record_json(msg: Any, now_ms: int) -> dict[str, Any]:
+    """What ``timers watch`` prints for one record; lateness in milliseconds."""
+    headers = [(k, v if v is None else bytes(v)) for k, v in (msg.headers() or [])]
+    out: dict[str, Any] = {
+        "partition": msg.partition(),
+        "offset": msg.offset(),
+        "key": _text(msg.key()),
+        "value": _text(msg.value()),
+        "headers": {k: _text(v) for k, v in headers},
+    }
+    due_ms = _int_header(headers, H_DUE_MS)
+    if due_ms is not None:
+        out["due"] = _iso_ms(due_ms)
+        out["lateness_ms"] = now_ms - due_ms
+        fired_ms = _int_header(headers, H_FIRED_MS)
+        if fired_ms is not None:
+            out["fire_delay_ms"] = fired_ms - due_ms
+    return out
+
+
+def _watch(args: argparse.Namespace) -> int:
+    common = _common()
+    consumer = Consumer(
+        {
+            **common.kafka.librdkafka(),
+            # assign() below needs no group; librdkafka still wants an id. Nothing is committed.
+            "group.id": f"timers-watch-{uuid.uuid4().hex[:12]}",
+            "enable.auto.commit": False,
+            "logger": kafka_log,
+        }
+    )
+    try:
+        partitions = _partitions(consumer, args.topic, common)
+        start = OFFSET_BEGINNING if args.from_beginning else OFFSET_END
+        # Assigning skips the group join (seconds, see STACK.md) and leaves no group behind.
+        consumer.assign([TopicPartition(args.topic, p, start) for p in partitions])
+        return _print_records(consumer, args)
+    except KeyboardInterrupt:
+        return 0
+    finally:
+        consumer.close()
+
+
+def _partitions(consumer: Consumer, topic: str, common: CommonConfig) -> list[int]:
+    try:
+        # All topics, not list_topics(topic): asking for one can auto-create it.
+        metadata = consumer.list_topics(timeout=10)
+    except KafkaException as exc:
+        raise _unreachable(common, exc) from exc
+    info = metadata.topics.get(topic)
+    if info is None or info.error is not None:
+        raise UsageError(
+            f"topic {topic!r} does not exist on {common.kafka.bootstrap_servers}: check the name",
+            "timers watch",
+        )
+    return sorted(info.partitions)
+
+
+def _print_records(consumer: Consumer, args: argparse.Namespace) -> int:
+    deadline = None if args.timeout is None else time.monotonic() + args.timeout
+    seen = 0
+    while args.count is None or seen < args.count:
+        wait = 0.5 if deadline is None else min(0.5, deadline - time.monotonic())
+        if wait <= 0:
+            if args.count is not None:
+                print(
+                    f"timers: watch timed out after {args.timeout:g}s with {seen} of {args.count} records",
+                    file=sys.stderr,
+                )
+                return EXIT_INCOMPLETE
+            return 0
+        msg = consumer.poll(wait)
+        if msg is None:
+            continue
+        err = msg.error()
+        if err is not None:
+            if err.code() == KafkaError._PARTITION_EOF:
+                continue
+            if err.fatal():
+                raise KafkaException(err)
+            print(f"timers: warning: {err.str()}", file=sys.stderr)
+            continue
+        _print_json(record_json(msg, round(time.time() * 1000)))
+        seen += 1
+    return 0
+
+
+def _probe(common: CommonConfig) -> AdminClient:
+    """An admin client known to reach Kafka, so later steps fail on their own merits."""
+    conf: dict[str, Any] = {**common.kafka.librdkafka(), "logger": kafka_log}
+    admin = AdminClient(conf)
+    try:
+        admin.list_topics(timeout=10)
+    except KafkaException as exc:
+        raise _unreachable(common, exc) from exc
+    return admin
+
+
+def _topics_create(args: argparse.Namespace) -> int:
+    common = _common()
+    if args.partitions is not None:
+        common = replace(common, topics=replace(common.topics, partitions=args.partitions))
+    _probe(common)
+    created = create_topics(common)
+    t = common.topics
+    print(f"created: {', '.join(created)}" if created else "all topics already exist")
+    print(f"ok: {t.oscillator}, {t.request}, {t.events}, {t.dlq} are ready")
+    return 0
+
+
+def _topics_check(args: argparse.Namespace) -> int:
+    common = _common()
+    partitions = verify_topics(common, admin=_probe(common))
+    t = common.topics
+    print(f"ok: {t.oscillator}, {t.request}, {t.events}, {t.dlq} exist with {partitions} partitions each")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,121 @@
+"""Worker configuration: one frozen object, built from the environment at start."""
+
+from __future__ import annotations
+
+import enum
+import fnmatch
+import os
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from ktimers.config import CommonConfig, Env, env_choice, env_float, env_int
+from ktimers.errors import ConfigError
+
+# Kafka's own rule for topic names.
+_TOPIC_NAME = re.compile(r"^[a-zA-Z0-9._-]{1,249}$")
+
+TABLE_NAME = "timers"
+
+
+class LatePolicy(enum.Enum):
+    """What to do with a request that arrives after its due time has passed.
+
+    Late requests always fire on arrival while they are at most
+    ``max_lateness_s`` late; beyond that, ``fire`` still fires them, ``drop``
+    discards them (a ``rejected`` event records it) and ``dlq`` dead-letters them.
+    """
+
+    FIRE = "fire"
+    DROP = "drop"
+    DLQ = "dlq"
+
+
+@dataclass(frozen=True)
+class WorkerConfig:
+    """Everything the futures worker reads from ``TIMERS_*`` (see README, "Configuration")."""
+
+    common: CommonConfig = field(default_factory=CommonConfig)
+    app_id: str = "timers"
+    data_dir: Path = Path("data")
+    web_host: str = "127.0.0.1"
+    web_port: int = 6066
+    late_policy: LatePolicy = LatePolicy.FIRE
+    max_lateness_s: float = 3600.0
+    #: A tick may run this far (ms) ahead of the worker's own clock; the
+    #: watermark never passes ``now + clock_tolerance_ms``.
+    clock_tolerance_ms: int = 500
+    #: fnmatch patterns of allowed callback topics; empty allows any topic
+    #: except the service's own and ``__*`` internals.
+    allowed_callback_topics: tuple[str, ...] = ()
+    max_payload_bytes: int = 1_000_000
+    #: Reject timers due further ahead than this (seconds); 0 = no limit.
+    max_due_ahead_s: float = 0.0
+    #: Requests are ingested in batches of up to this many records...
+    ingest_batch_size: int = 2000
+    #: ...or whatever arrived within this many seconds.
+    ingest_batch_within_s: float = 0.05
+    #: Timers dispatched per produce/flush round when a second is due.
+    fire_chunk_size: int = 20_000
+
+    @classmethod
+    def from_env(cls, env: Env | None = None) -> WorkerConfig:
+        env = os.environ if env is None else env
+        policy = env_choice(env, "TIMERS_LATE_POLICY", LatePolicy, cls.late_policy)
+        assert isinstance(policy, LatePolicy)  # noqa: S101 - narrows env_choice's return
+        allowed = tuple(
+            p.strip() for p in env.get("TIMERS_ALLOWED_CALLBACK_TOPICS", "").split(",") if p.strip()
+        )
+        config = cls(
+            common=CommonConfig.from_env(env),
+            app_id=env.get("TIMERS_APP_ID") or cls.app_id,
+            data_dir=Path(env.get("TIMERS_DATA_DIR") or cls.data_dir),
+            web_host=env.get("TIMERS_WEB_HOST") or cls.web_host,
+            web_port=env_int(env, "TIMERS_WEB_PORT", cls.web_port),
+            late_policy=policy,
+            max_lateness_s=env_float(env, "TIMERS_MAX_LATENESS_S", cls.max_lateness_s),
+            clock_tolerance_ms=env_int(env, "TIMERS_CLOCK_TOLERANCE_MS", cls.clock_tolerance_ms),
+            allowed_callback_topics=allowed,
+            max_payload_bytes=env_int(env, "TIMERS_MAX_PAYLOAD_BYTES", cls.max_payload_bytes),
+            max_due_ahead_s=env_float(env, "TIMERS_MAX_DUE_AHEAD_S", cls.max_due_ahead_s),
+            ingest_batch_size=env_int(env, "TIMERS_INGEST_BATCH_SIZE", cls.ingest_batch_size),
+            ingest_batch_within_s=env_float(env, "TIMERS_INGEST_BATCH_WITHIN_S", cls.ingest_batch_within_s),
+            fire_chunk_size=env_int(env, "TIMERS_FIRE_CHUNK_SIZE", cls.fire_chunk_size),
+        )
+        config.validate()
+        return config
+
+    def validate(self) -> None:
+        if not re.fullmatch(r"[a-zA-Z0-9._-]+", self.app_id):
+            raise ConfigError(f"TIMERS_APP_ID={self.app_id!r}: use letters, digits, '.', '_' or '-'")
+        if self.clock_tolerance_ms < 0:
+            raise ConfigError("TIMERS_CLOCK_TOLERANCE_MS must be >= 0")
+        if self.max_payload_bytes < 1:
+            raise ConfigError("TIMERS_MAX_PAYLOAD_BYTES must be >= 1")
+        if self.ingest_batch_size < 1 or self.fire_chunk_size < 1:
+            raise ConfigError("TIMERS_INGEST_BATCH_SIZE and TIMERS_FIRE_CHUNK_SIZE must be >= 1")
+
+    @property
+    def changelog_topic(self) -> str:
+        """Faust's name for the timer table's changelog."""
+        return f"{self.app_id}-{TABLE_NAME}-changelog"
+
+    def callback_topic_problem(self, topic: str) -> tuple[str, str] | None:
+        """Why ``topic`` cannot receive callbacks, as (reason code, detail), or None if it can."""
+        if not topic:
+            return "missing-callback-topic", "callBackTopic is empty"
+        if not _TOPIC_NAME.match(topic) or topic in (".", ".."):
+            return "invalid-callback-topic", f"{topic!r} is not a valid Kafka topic name"
+        # The service's own topics and Kafka/Faust internals are never targets:
+        # a timer must not be able to forge ticks, requests or table state.
+        if topic in self.common.topics.own or topic.startswith("__") or topic.startswith(f"{self.app_id}-"):
+            return "callback-topic-not-allowed", f"{topic!r} is an internal topic"
+        if self.allowed_callback_topics and not any(
+            fnmatch.fnmatchcase(topic, pattern) for pattern in self.allowed_callback_topics
+        ):
+            allowed = ",".join(self.allowed_callback_topics)
+            return (
+                "callback-topic-not-allowed",
+                f"{topic!r} is not in TIMERS_ALLOWED_CALLBACK_TOPICS={allowed}",
+            )
+        return None

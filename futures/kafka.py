@@ -1,0 +1,152 @@
+"""The worker's one confluent-kafka producer: callbacks, changelog, events and dead letters.
+
+Faust's own producer sends one record per await (~100 µs each, see
+../shared/STACK.md); everything the engine writes goes through librdkafka in
+bulk instead and is awaited with one flush.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Protocol
+
+from confluent_kafka import KafkaError, Message, Producer
+
+from ktimers.config import KafkaConfig
+from ktimers.errors import DeliveryError
+from ktimers.wire import KafkaHeaders
+
+#: How long librdkafka retries one record before reporting it failed (ms). A
+#: flush never waits longer than this, so one unwritable topic cannot stall firing.
+MESSAGE_TIMEOUT_MS = 30_000
+
+
+class ProducerLike(Protocol):
+    """What the engine needs of a producer; tests substitute a fake."""
+
+    def produce(
+        self,
+        topic: str,
+        value: str | bytes | None = ...,
+        *,
+        key: str | bytes | None = ...,
+        partition: int = ...,
+        on_delivery: Callable[[KafkaError | None, Message], None] | None = ...,
+        headers: dict[str, str | bytes | None] | list[tuple[str, str | bytes | None]] | None = ...,
+    ) -> None: ...
+
+    def poll(self, timeout: float = ...) -> int: ...
+
+    def flush(self, timeout: float = ...) -> int: ...
+
+    def __len__(self) -> int: ...
+
+
+@dataclass
+class Deliveries:
+    """Delivery reports of one group of records, by the index given at produce time."""
+
+    errors: dict[int, KafkaError] = field(default_factory=dict)
+    offsets: dict[int, int] = field(default_factory=dict)  # partition -> highest offset
+    delivered: int = 0
+
+    def report(self, index: int, err: KafkaError | None, msg: Message) -> None:
+        if err is not None:
+            self.errors[index] = err
+            return
+        self.delivered += 1
+        partition, offset = msg.partition(), msg.offset()
+        if partition is not None and offset is not None and offset > self.offsets.get(partition, -1):
+            self.offsets[partition] = offset
+
+    def raise_first(self, what: str) -> None:
+        if self.errors:
+            index, err = next(iter(self.errors.items()))
+            raise DeliveryError(f"{len(self.errors)} {what} record(s) not delivered, first: {err.str()}")
+
+
+def is_permanent(err: KafkaError) -> bool:
+    """True when retrying cannot help (unknown topic, not authorised, too large...).
+
+    Timeouts and transport errors are transient: the records are kept and tried again.
+    """
+    if err.retriable():
+        return False
+    return err.code() not in (
+        KafkaError._MSG_TIMED_OUT,
+        KafkaError._TIMED_OUT,
+        KafkaError._TRANSPORT,
+        KafkaError._ALL_BROKERS_DOWN,
+        KafkaError.REQUEST_TIMED_OUT,
+        KafkaError.NOT_ENOUGH_REPLICAS,
+        KafkaError.NOT_LEADER_FOR_PARTITION,
+    )
+
+
+def producer_config(kafka: KafkaConfig) -> dict[str, str | int | float | bool]:
+    return {
+        **kafka.librdkafka(),
+        "enable.idempotence": True,
+        "acks": "all",
+        "linger.ms": 5,
+        "batch.size": 1_000_000,
+        "queue.buffering.max.messages": 1_000_000,
+        "message.timeout.ms": MESSAGE_TIMEOUT_MS,
+    }
+
+
+class KafkaWriter:
+    """Produce many records, then await their delivery reports with one flush."""
+
+    def __init__(self, producer: ProducerLike) -> None:
+        self._producer = producer
+
+    @classmethod
+    def connect(cls, kafka: KafkaConfig) -> KafkaWriter:
+        return cls(Producer(producer_config(kafka)))
+
+    def produce(
+        self,
+        topic: str,
+        key: bytes | None,
+        value: bytes | None,
+        *,
+        headers: KafkaHeaders | None = None,
+        partition: int | None = None,
+        deliveries: Deliveries | None = None,
+        index: int = 0,
+    ) -> None:
+        kwargs: dict[str, object] = {"key": key, "headers": list(headers) if headers else None}
+        if partition is not None:
+            kwargs["partition"] = partition
+        if deliveries is not None:
+            kwargs["on_delivery"] = functools.partial(deliveries.report, index)
+        while True:
+            try:
+                self._producer.produce(topic, value, **kwargs)  # type: ignore[arg-type]
+                return
+            except BufferError:
+                # The local queue is full: serve delivery reports to make room.
+                self._producer.poll(0.05)
+
+    def produce_many(
+        self, topic: str, rows: Sequence[tuple[bytes | None, bytes | None, KafkaHeaders | None]]
+    ) -> None:
+        for key, value, headers in rows:
+            self.produce(topic, key, value, headers=headers)
+
+    async def flush(self) -> None:
+        """Wait, off the event loop, until every produced record has its delivery report."""
+        loop = asyncio.get_running_loop()
+        await loop.run_in_executor(None, self._flush_blocking)
+
+    def _flush_blocking(self) -> None:
+        # librdkafka reports every record within MESSAGE_TIMEOUT_MS, so this ends.
+        while self._producer.flush(1.0) > 0:
+            pass
+
+    def close(self) -> None:
+        self._flush_blocking()

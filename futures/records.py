@@ -1,0 +1,20 @@
+"""A consumed Kafka record, independent of the framework that consumed it."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ktimers.wire import KafkaHeaders
+
+
+@dataclass(frozen=True)
+class SourceRecord:
+    topic: str
+    partition: int
+    offset: int
+    key: bytes | None
+    value: bytes | None
+    headers: KafkaHeaders = ()
+
+    def where(self) -> str:
+        return f"{self.topic}[{self.partition}]@{self.offset}"

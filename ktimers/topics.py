@@ -1,0 +1,114 @@
+"""Create and verify the service's topics.
+
+``oscillator`` and ``timer-request`` must have the same partition count: a tick in
+partition p advances the clock of the timers requested in partition p, and the
+Faust worker co-partitions both topics (and the timer table) on that number.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+
+from confluent_kafka import KafkaException
+from confluent_kafka.admin import AdminClient, NewTopic
+
+from ktimers.config import CommonConfig
+from ktimers.errors import TopicLayoutError
+
+log = logging.getLogger(__name__)
+
+# Ticks are worthless once processed: after an outage the first new tick fires
+# everything that became due, so an hour of ticks is plenty.
+OSCILLATOR_RETENTION_MS = str(60 * 60 * 1000)
+
+
+@dataclass(frozen=True)
+class TopicSpec:
+    name: str
+    partitions: int
+    config: dict[str, str]
+
+
+def topic_specs(common: CommonConfig) -> list[TopicSpec]:
+    t = common.topics
+    return [
+        TopicSpec(t.oscillator, t.partitions, {"retention.ms": OSCILLATOR_RETENTION_MS}),
+        TopicSpec(t.request, t.partitions, {}),
+        TopicSpec(t.events, t.partitions, {}),
+        TopicSpec(t.dlq, t.partitions, {}),
+    ]
+
+
+def admin_client(common: CommonConfig) -> AdminClient:
+    return AdminClient(common.kafka.librdkafka())
+
+
+def partition_counts(admin: AdminClient, names: list[str], timeout_s: float = 10.0) -> dict[str, int]:
+    """Partition count of each existing topic among ``names`` (missing ones are absent)."""
+    metadata = admin.list_topics(timeout=timeout_s)
+    counts = {}
+    for name in names:
+        topic = metadata.topics.get(name)
+        if topic is not None and topic.error is None:
+            counts[name] = len(topic.partitions)
+    return counts
+
+
+def create_topics(
+    common: CommonConfig, admin: AdminClient | None = None, timeout_s: float = 30.0
+) -> list[str]:
+    """Create the missing topics with the configured partition count; return those created.
+
+    Existing topics are left alone, then the whole layout is verified, so running
+    this against a half-set-up cluster either completes it or says what is wrong.
+    """
+    admin = admin or admin_client(common)
+    specs = topic_specs(common)
+    existing = partition_counts(admin, [s.name for s in specs], timeout_s)
+    missing = [s for s in specs if s.name not in existing]
+    created = []
+    if missing:
+        replication = common.kafka.settings.replication_factor
+        futures = admin.create_topics(
+            [NewTopic(s.name, s.partitions, replication, config=s.config) for s in missing],
+            operation_timeout=timeout_s,
+            request_timeout=timeout_s,
+        )
+        for name, future in futures.items():
+            try:
+                future.result()
+                created.append(name)
+                log.info("created topic %s", name)
+            except KafkaException as exc:
+                if exc.args and getattr(exc.args[0], "code", lambda: None)() == 36:  # TOPIC_ALREADY_EXISTS
+                    continue
+                raise TopicLayoutError(f"could not create topic {name!r}: {exc}") from exc
+    verify_topics(common, admin=admin, timeout_s=timeout_s)
+    return created
+
+
+def verify_topics(common: CommonConfig, admin: AdminClient | None = None, timeout_s: float = 10.0) -> int:
+    """Check the topics exist and are co-partitioned; return the partition count.
+
+    Raises :class:`TopicLayoutError` with the command that fixes the problem.
+    """
+    admin = admin or admin_client(common)
+    t = common.topics
+    names = [t.oscillator, t.request, t.events, t.dlq]
+    counts = partition_counts(admin, names, timeout_s)
+    missing = [n for n in names if n not in counts]
+    if missing:
+        raise TopicLayoutError(
+            f"missing topic(s) {', '.join(missing)} on {common.kafka.bootstrap_servers}. "
+            f"Create them with: timers topics create --partitions {t.partitions}"
+        )
+    if counts[t.oscillator] != counts[t.request]:
+        raise TopicLayoutError(
+            f"topic {t.oscillator!r} has {counts[t.oscillator]} partitions but {t.request!r} has "
+            f"{counts[t.request]}: they must be equal, because a tick in partition p drives the "
+            f"timers of partition p. Recreate {t.oscillator!r} with {counts[t.request]} partitions "
+            f"(ticks are disposable): delete it, then run "
+            f"`timers topics create --partitions {counts[t.request]}`."
+        )
+    return counts[t.request]

@@ -1,0 +1,103 @@
+"""Wire format: message types, record headers and key codecs.
+
+The schema itself lives in ``proto/timers.proto``; ``timers_pb2`` is generated
+from it by ``make proto`` and checked in sync by a test.
+"""
+
+from __future__ import annotations
+
+import struct
+from collections.abc import Iterable, Sequence
+
+from ktimers.timers_pb2 import Cancel, Future, Header, StoredTimer, Tick, TimerEvent
+
+__all__ = [
+    "Cancel",
+    "Future",
+    "Header",
+    "StoredTimer",
+    "Tick",
+    "TimerEvent",
+    "KIND_HEADER",
+    "KIND_CANCEL",
+    "KIND_FUTURE",
+    "H_ID",
+    "H_DUE_MS",
+    "H_TOKEN",
+    "H_FIRED_MS",
+    "H_REASON",
+    "H_ERROR",
+    "H_SOURCE_TOPIC",
+    "H_SOURCE_PARTITION",
+    "H_SOURCE_OFFSET",
+    "KafkaHeaders",
+    "header_value",
+    "encode_second_key",
+    "parse_second_key",
+    "timer_key",
+    "split_timer_key",
+    "due_prefix",
+]
+
+# Record header on `timer-request` telling a Cancel from a Future. Absent means
+# Future, so seed producers (which send no headers) keep working.
+KIND_HEADER = "kt-kind"
+KIND_FUTURE = b"future"
+KIND_CANCEL = b"cancel"
+
+# Headers the worker adds to every callback record.
+H_ID = "kt-id"  # timer id: receivers drop repeats by it
+H_DUE_MS = "kt-due-ms"  # due time, epoch ms, decimal
+H_TOKEN = "kt-token"  # noqa: S105 - a header name, not a secret
+H_FIRED_MS = "kt-fired-ms"  # worker clock at dispatch, epoch ms, decimal
+
+# Headers on dead-letter records.
+H_REASON = "kt-reason"  # machine-readable reason code, e.g. "undecodable"
+H_ERROR = "kt-error"  # human-readable detail
+H_SOURCE_TOPIC = "kt-source-topic"
+H_SOURCE_PARTITION = "kt-source-partition"
+H_SOURCE_OFFSET = "kt-source-offset"
+
+KafkaHeaders = Sequence[tuple[str, bytes | None]]
+
+_DUE = struct.Struct(">Q")
+
+
+def header_value(headers: Iterable[tuple[str, bytes | None]] | None, name: str) -> bytes | None:
+    """Return the last value of header ``name`` (Kafka allows repeats), or None."""
+    found = None
+    for key, value in headers or ():
+        if key == name:
+            found = value
+    return found
+
+
+def encode_second_key(second: int) -> bytes:
+    """Record key for an epoch second (seed format and ticks): decimal UTF-8."""
+    return str(second).encode()
+
+
+def parse_second_key(key: bytes | None) -> int | None:
+    """Epoch second from a decimal key, or None when the key is not one."""
+    if not key or len(key) > 12 or not key.isdigit():
+        return None
+    return int(key)
+
+
+def timer_key(due_ms: int, timer_id: str) -> bytes:
+    """Table key of a pending timer: 8-byte big-endian due ms, then the id.
+
+    RocksDB orders keys bytewise, so keys iterate in due order and the timers
+    due by a second are one forward range scan from the start.
+    """
+    return _DUE.pack(due_ms) + timer_id.encode()
+
+
+def split_timer_key(key: bytes) -> tuple[int, str]:
+    """Inverse of :func:`timer_key`: (due epoch ms, timer id)."""
+    return _DUE.unpack_from(key)[0], key[_DUE.size :].decode()
+
+
+def due_prefix(due_ms: int) -> bytes:
+    """The smallest table key due at ``due_ms``; scan bound for "due before"."""
+    return _DUE.pack(due_ms)

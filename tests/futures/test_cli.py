@@ -1,0 +1,248 @@
+"""The ``timers`` command and the duration/time parsing behind it (no broker needed)."""
+
+from __future__ import annotations
+
+import json
+import time
+from datetime import UTC, datetime
+
+import pytest
+
+from futures import cli
+from futures.cli import main, record_json
+from futures.client import TimerClient
+from futures.durations import parse_duration, parse_instant
+from ktimers.config import CommonConfig
+from ktimers.wire import Future
+from tests.futures.test_client import FakeProducer
+
+
+@pytest.mark.parametrize(
+    ("text", "seconds"),
+    [
+        ("1.5", 1.5),
+        ("0", 0.0),
+        ("5s", 5.0),
+        ("250ms", 0.25),
+        ("1m30s", 90.0),
+        ("2h", 7200.0),
+        ("3d", 259200.0),
+        ("1h30m", 5400.0),
+        ("1d2h3m4s5ms", 93784.005),
+        (" 2H ", 7200.0),
+        ("1.5m", 90.0),
+    ],
+)
+def test_parse_duration(text, seconds):
+    assert parse_duration(text) == pytest.approx(seconds)
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("", "empty duration"),
+        ("5x", "invalid duration"),
+        ("-5s", "invalid duration"),
+        ("-1", "invalid duration"),
+        ("s", "invalid duration"),
+        ("1m 30s", "invalid duration"),
+        ("30s1m", "largest first"),
+        ("1m1m", "largest first"),
+    ],
+)
+def test_parse_duration_rejects(text, message):
+    with pytest.raises(ValueError, match=message):
+        parse_duration(text)
+
+
+@pytest.mark.parametrize(
+    ("text", "epoch_s"),
+    [
+        ("2026-11-21T17:00:00Z", datetime(2026, 11, 21, 17, tzinfo=UTC).timestamp()),
+        ("2026-11-21T18:00:00+01:00", datetime(2026, 11, 21, 17, tzinfo=UTC).timestamp()),
+        ("2026-11-21T17:00:00.250Z", datetime(2026, 11, 21, 17, tzinfo=UTC).timestamp() + 0.25),
+        ("1795280400", 1795280400.0),
+        ("1795280400.5", 1795280400.5),
+    ],
+)
+def test_parse_instant(text, epoch_s):
+    assert parse_instant(text) == pytest.approx(epoch_s)
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("2026-11-21T17:00:00", "no zone"),
+        ("tomorrow", "invalid time"),
+        ("1795280400000", "looks like epoch milliseconds"),
+        ("", "empty time"),
+    ],
+)
+def test_parse_instant_rejects(text, message):
+    with pytest.raises(ValueError, match=message):
+        parse_instant(text)
+
+
+def run(capsys, *argv: str) -> tuple[int, str, str]:
+    code = main(list(argv))
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+BASE = ["schedule", "--topic", "orders", "--key", "k", "--value", "v"]
+
+
+@pytest.mark.parametrize(
+    ("argv", "expected"),
+    [
+        ([], "timers: error: the following arguments are required: COMMAND (see: timers --help)"),
+        (["frobnicate"], "invalid choice: 'frobnicate'"),
+        ([*BASE, "--delay", "5x"], "timers schedule: error: argument --delay: invalid duration '5x'"),
+        ([*BASE], "one of the arguments --delay --at is required"),
+        ([*BASE, "--delay", "5s", "--at", "1795280400"], "not allowed with argument"),
+        ([*BASE, "--at", "2026-11-21T17:00:00"], "append Z for UTC"),
+        ([*BASE, "--delay", "1", "--header", "novalue"], "expected NAME=VALUE"),
+        (["schedule", "--topic", "t", "--key", "k", "--delay", "1"], "--value --value-file is required"),
+        (["schedule", "--key", "k", "--value", "v", "--delay", "1"], "required: --topic"),
+        (["watch", "t", "--count", "0"], "at least 1"),
+        (["topics"], "timers topics: error: the following arguments are required: ACTION"),
+        (["topics", "create", "--partitions", "x"], "expected a whole number"),
+    ],
+)
+def test_usage_errors_exit_2_with_one_line(capsys, argv, expected):
+    code, out, err = run(capsys, *argv)
+    assert code == 2
+    assert out == ""
+    assert expected in err
+    assert err.count("\n") == 1
+    assert "Traceback" not in err
+
+
+def test_help_exits_0(capsys):
+    code, out, _ = run(capsys, "schedule", "--help")
+    assert code == 0
+    assert "--delay" in out and "1m30s" in out
+
+
+def test_bad_kafka_config_exits_2(capsys, monkeypatch):
+    monkeypatch.setenv("KAFKA_SECURITY_PROTOCOL", "carrier-pigeon")
+    code, _, err = run(capsys, *BASE, "--delay", "1")
+    assert code == 2
+    assert err.startswith("timers: error: KAFKA_SECURITY_PROTOCOL='CARRIER-PIGEON': use PLAINTEXT")
+
+
+def test_missing_value_file_exits_2(capsys, tmp_path):
+    missing = tmp_path / "nope.bin"
+    code, _, err = run(
+        capsys, "schedule", "--topic", "t", "--key", "k", "--value-file", str(missing), "--delay", "1"
+    )
+    assert code == 2
+    assert f"cannot read --value-file '{missing}'" in err
+
+
+@pytest.fixture
+def fake_producer(monkeypatch) -> FakeProducer:
+    """Route the CLI's client to a fake producer."""
+    producer = FakeProducer()
+
+    def client(common: CommonConfig, delivery_timeout_s: float) -> TimerClient:
+        return TimerClient(CommonConfig(), producer=producer)
+
+    monkeypatch.setattr(cli, "_client", client)
+    return producer
+
+
+def test_schedule_prints_the_handle_and_sends_the_timer(capsys, fake_producer, tmp_path):
+    payload = tmp_path / "payload.bin"
+    payload.write_bytes(b"\x00\x01binary")
+    before = time.time()
+    code, out, err = run(
+        capsys,
+        *["schedule", "--topic", "orders", "--key", "order-42", "--value-file", str(payload)],
+        *["--delay", "1m30s", "--id", "r-1", "--token", "tk", "--header", "a=1", "--header", "b=x=y"],
+    )
+    after = time.time()
+    assert (code, err) == (0, "")
+    printed = json.loads(out)
+    assert printed["id"] == "r-1" and printed["key"] == "order-42" and printed["topic"] == "orders"
+    assert round((before + 90) * 1000) <= printed["due_ms"] <= round((after + 90) * 1000)
+    due = datetime.fromisoformat(printed["due"])
+    assert abs(due.timestamp() * 1000 - printed["due_ms"]) < 1
+
+    (record,) = fake_producer.records
+    future = Future()
+    future.ParseFromString(record.value)
+    assert record.key == b"r-1"
+    assert future.callBack == b"\x00\x01binary"
+    assert future.due_ms == printed["due_ms"]
+    assert (future.token, printed["token"]) == ("tk", "tk")
+    assert [(h.key, h.value) for h in future.headers] == [("a", b"1"), ("b", b"x=y")]
+
+
+def test_schedule_reserved_header_exits_2(capsys, fake_producer):
+    code, _, err = run(capsys, *BASE, "--delay", "1", "--header", "kt-token=forged")
+    assert code == 2
+    assert err.startswith("timers schedule: error: header 'kt-token'")
+    assert fake_producer.records == []
+
+
+def test_cancel_prints_what_was_sent(capsys, fake_producer):
+    code, out, _ = run(capsys, "cancel", "r-1", "--key", "1800000000")
+    assert code == 0
+    assert json.loads(out) == {"id": "r-1", "record_key": "1800000000", "cancel": "sent"}
+    assert fake_producer.records[0].key == b"1800000000"
+
+
+def test_unreachable_kafka_exits_2_with_one_line(capsys, monkeypatch):
+    monkeypatch.setenv("KAFKA_BOOTSTRAP_SERVERS", "127.0.0.1:1")
+    code, out, err = run(capsys, *BASE, "--delay", "1", "--delivery-timeout", "500ms")
+    assert code == 2
+    assert out == ""
+    assert err.startswith("timers: error: timer ")
+    assert "was not delivered to Kafka at 127.0.0.1:1" in err
+    assert "Check KAFKA_BOOTSTRAP_SERVERS" in err
+    assert err.count("\n") == 1
+
+
+class FakeMessage:
+    def __init__(self, key, value, headers):
+        self._key, self._value, self._headers = key, value, headers
+
+    def partition(self):
+        return 3
+
+    def offset(self):
+        return 17
+
+    def key(self):
+        return self._key
+
+    def value(self):
+        return self._value
+
+    def headers(self):
+        return self._headers
+
+
+def test_watch_output_shows_lateness_of_a_callback():
+    msg = FakeMessage(
+        b"order-42",
+        b"\xff\x00",
+        [("kt-id", b"r-1"), ("kt-due-ms", b"1800000000000"), ("kt-fired-ms", b"1800000000040"), ("x", None)],
+    )
+    out = record_json(msg, now_ms=1_800_000_000_250)
+    assert out == {
+        "partition": 3,
+        "offset": 17,
+        "key": "order-42",
+        "value": "b'\\xff\\x00'",
+        "headers": {"kt-id": "r-1", "kt-due-ms": "1800000000000", "kt-fired-ms": "1800000000040", "x": None},
+        "due": "2027-01-15T08:00:00.000Z",
+        "lateness_ms": 250,
+        "fire_delay_ms": 40,
+    }
+
+
+def test_watch_output_of_a_plain_record_has_no_lateness():
+    out = record_json(FakeMessage(None, b"hello", None), now_ms=1)
+    assert out == {"partition": 3, "offset": 17, "key": None, "value": "hello", "headers": {}}
