@@ -80,7 +80,9 @@ def create_app(config: WorkerConfig, partitions: int) -> TimersApp:
     table = app.Table(
         TABLE_NAME,
         partitions=partitions,
-        schema=faust.Schema(key_type=bytes, value_type=bytes, key_serializer="raw", value_serializer="raw"),
+        # bytes types make Faust use the "raw" codec for the changelog too.
+        key_type=bytes,
+        value_type=bytes,
         store="timers://local",  # a bare "timers://" is falsy to yarl and Faust would fall back to memory
         # Replaying the changelog is bulk RocksDB writes; big batches make it fast.
         recovery_buffer_size=10_000,

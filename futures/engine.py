@@ -220,12 +220,14 @@ class TimerEngine:
     async def advance(self, ticks: Sequence[SourceRecord]) -> None:
         """Apply a batch of ticks: fire what is due in each partition whose clock moved."""
         latest: dict[int, int] = {}
+        received: dict[int, int] = defaultdict(int)
         for record in ticks:
             second = tick_second(record)
             if second is None:
                 self.metrics.ticks.labels("invalid").inc()
                 log.warning("ignoring tick %s with key %r: not an epoch second", record.where(), record.key)
                 continue
+            received[record.partition] += 1
             if second > latest.get(record.partition, -1):
                 latest[record.partition] = second
         if not latest:
@@ -242,15 +244,15 @@ class TimerEngine:
                     watermarks[partition] = target
                 changes[partition] = part
             await self._commit(changes, watermarks)
-        for partition, second in watermarks.items():
-            self.metrics.watermark.labels(str(partition)).set(second)
+        # Every tick that did not move a clock — older, repeated, or one of
+        # several oscillators' copies of the same second — is a duplicate.
         self.metrics.ticks.labels("advanced").inc(len(watermarks))
+        self.metrics.ticks.labels("duplicate").inc(sum(received.values()) - len(watermarks))
 
     def _trusted_second(self, partition: int, second: int) -> int | None:
         """The second partition's clock may move to, or None for a no-op tick."""
         table = self._tables(partition)
         if second <= table.watermark:
-            self.metrics.ticks.labels("duplicate").inc()
             return None
         # Never trust a tick ahead of our own clock by more than the tolerance:
         # a misconfigured oscillator must not fire timers early.
@@ -362,7 +364,6 @@ class TimerEngine:
             table.apply(
                 records, deliveries.offsets.get(partition), pending_delta=changes[partition].pending_delta
             )
-            self.metrics.pending.labels(str(partition)).set(table.pending)
 
     # -- events and dead letters -----------------------------------------------
 

@@ -2,7 +2,13 @@
 
 from __future__ import annotations
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+from collections.abc import Callable, Iterator, Mapping
+
+from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
+from prometheus_client.core import GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
+
+from futures.table import PartitionTimers
 
 # Lateness buckets (seconds): sub-second resolution matters to users of precise
 # timers, minutes matter after an outage.
@@ -30,15 +36,6 @@ class WorkerMetrics:
     def __init__(self) -> None:
         self.registry = CollectorRegistry()
         r = self.registry
-        self.pending = Gauge(
-            "timers_pending", "Pending timers held by this worker", ["partition"], registry=r
-        )
-        self.watermark = Gauge(
-            "timers_watermark_seconds",
-            "Epoch second up to which timers have fired",
-            ["partition"],
-            registry=r,
-        )
         self.scheduled = Counter("timers_scheduled_total", "Timers accepted into the table", registry=r)
         self.fired = Counter("timers_fired_total", "Callbacks delivered", registry=r)
         self.cancelled = Counter("timers_cancelled_total", "Timers removed by a cancel request", registry=r)
@@ -63,5 +60,30 @@ class WorkerMetrics:
             registry=r,
         )
 
+    def watch_tables(self, partitions: Callable[[], Mapping[int, PartitionTimers]]) -> None:
+        """Export pending count and watermark of the partitions this worker holds."""
+        self.registry.register(_TableCollector(partitions))
+
     def render(self) -> bytes:
         return generate_latest(self.registry)
+
+
+class _TableCollector(Collector):
+    """Reads the tables at scrape time: the counts they keep are the truth, also right after recovery."""
+
+    def __init__(self, partitions: Callable[[], Mapping[int, PartitionTimers]]) -> None:
+        self._partitions = partitions
+
+    def collect(self) -> Iterator[Metric]:
+        pending = GaugeMetricFamily(
+            "timers_pending", "Pending timers held by this worker", labels=["partition"]
+        )
+        watermark = GaugeMetricFamily(
+            "timers_watermark_seconds", "Epoch second up to which timers have fired", labels=["partition"]
+        )
+        for partition, table in sorted(self._partitions().items()):
+            pending.add_metric([str(partition)], table.pending)
+            if table.watermark >= 0:
+                watermark.add_metric([str(partition)], table.watermark)
+        yield pending
+        yield watermark

@@ -25,6 +25,7 @@ log = logging.getLogger("futures.worker")
 def build(config: WorkerConfig, partitions: int) -> tuple[faust.App, TimerEngine]:
     timers = create_app(config, partitions)
     metrics = WorkerMetrics()
+    metrics.watch_tables(timers.store.open_partitions)
     writer = KafkaWriter.connect(config.common.kafka)
     engine = TimerEngine(config, timers.store.partition, writer, metrics)
     register_agents(timers.app, engine, config)

@@ -62,9 +62,14 @@ class Service:
     def output(self) -> str:
         return self.log.read_text(errors="replace") if self.log.exists() else ""
 
+    def current_output(self) -> str:
+        """Output of the latest start only."""
+        return self.output().rpartition(f"===== start #{self.starts} =====")[2]
+
     def wait_for_output(self, needle: str, timeout_s: float) -> None:
+        """Wait until the latest start of the process printed ``needle``."""
         deadline = time.monotonic() + timeout_s
-        while needle not in self.output():
+        while needle not in self.current_output():
             if not self.running:
                 raise AssertionError(f"{self.name} exited early:\n{self.output()[-4000:]}")
             if time.monotonic() > deadline:

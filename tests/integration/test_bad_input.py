@@ -1,0 +1,85 @@
+"""Bad input is dead-lettered with its reason; the worker keeps going and nothing valid is lost."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+from confluent_kafka import Producer
+
+from futures.table import PartitionTimers
+from ktimers.wire import (
+    H_REASON,
+    H_SOURCE_OFFSET,
+    H_SOURCE_PARTITION,
+    H_SOURCE_TOPIC,
+    KIND_HEADER,
+    Future,
+    header_value,
+)
+from tests.integration.conftest import Stack
+
+pytestmark = pytest.mark.integration
+
+
+def test_each_bad_request_lands_in_the_dlq_with_its_reason(running: Stack) -> None:
+    reader = running.callback_topic("valid")
+    request_topic = running.common.topics.request
+    due_ms = int(time.time() * 1000) + 2000
+
+    def future(topic: str = reader.topic, payload: bytes = b"ok", due: int | None = due_ms) -> bytes:
+        f = Future(callBackTopic=topic, callBackKey="k", callBack=payload)
+        if due is not None:
+            f.due_ms = due
+        return f.SerializeToString()
+
+    bad = {
+        "undecodable": (b"bad-1", b"\xff\xfe not protobuf", []),
+        "bad-due-time": (b"not-a-second", future(due=None), []),
+        "missing-callback-topic": (b"bad-3", future(topic=""), []),
+        "callback-topic-not-allowed": (b"bad-4", future(topic="payments"), []),  # not in the allow-list
+        "invalid-callback-topic": (b"bad-5", future(topic="no spaces allowed"), []),
+        "payload-too-large": (b"bad-6", future(payload=b"x" * 20_000), []),
+        "due-too-far": (b"bad-7", future(due=due_ms + 600 * 86400 * 1000), []),
+        "unknown-kind": (b"bad-8", future(), [(KIND_HEADER, b"snooze")]),
+    }
+    own_topic = (b"bad-9", future(topic=request_topic), [])  # a timer must not write the service's topics
+    producer = Producer({"bootstrap.servers": running.bootstrap})
+    for i in range(10):
+        producer.produce(request_topic, future(payload=f"valid-{i}".encode()), key=f"valid-{i}".encode())
+        if i < len(bad):
+            key, value, headers = list(bad.values())[i]
+            producer.produce(request_topic, value, key=key, headers=headers)
+    producer.produce(request_topic, own_topic[1], key=own_topic[0])
+    assert producer.flush(10) == 0
+
+    dlq = running.reader(running.common.topics.dlq)
+    dead = dlq.read_until(lambda r: len(r) >= len(bad) + 1, timeout_s=20)
+    reasons = {header_value(d.headers, H_REASON): d for d in dead}
+    assert set(reasons) == {r.encode() for r in bad} | {b"callback-topic-not-allowed"}
+    for reason, (key, value, _) in bad.items():
+        record = reasons[reason.encode()]
+        if reason != "callback-topic-not-allowed":
+            assert (record.key, record.value) == (key, value), reason  # the record as it was sent
+        assert header_value(record.headers, H_SOURCE_TOPIC) == request_topic.encode()
+        assert header_value(record.headers, H_SOURCE_PARTITION) is not None
+        assert int(header_value(record.headers, H_SOURCE_OFFSET) or b"-1") >= 0
+    # The valid timers around them all fired.
+    callbacks = reader.read_until(lambda r: len(r) >= 10, timeout_s=20)
+    assert sorted(c.value for c in callbacks) == sorted(f"valid-{i}".encode() for i in range(10))
+    assert running.worker is not None and running.worker.running
+    assert running.metric_sum("timers_rejected_total") == len(bad) + 1
+
+
+def test_a_timer_due_in_400_days_is_held(running: Stack) -> None:
+    with running.client() as client:
+        handle = client.schedule("cb-far-future", "k", "see you next year", delay=400 * 86400)
+    running.wait_for_metric("timers_pending", lambda v: v == 1, timeout_s=20)
+    assert running.worker is not None
+    assert running.worker.stop() == 0
+    held = []
+    for path in sorted((running.data_dir / "timers").glob("partition-*.db")):
+        table = PartitionTimers(path)
+        held += [(t.timer_id, t.due_ms) for t in table.iter_pending()]
+        table.close()
+    assert held == [(handle.id, handle.due_ms)]
