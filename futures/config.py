@@ -13,7 +13,7 @@ from ktimers.config import CommonConfig, Env, env_choice, env_float, env_int
 from ktimers.errors import ConfigError
 
 # Kafka's own rule for topic names.
-_TOPIC_NAME = re.compile(r"^[a-zA-Z0-9._-]{1,249}$")
+_TOPIC_NAME = re.compile(r"[a-zA-Z0-9._-]{1,249}")
 
 TABLE_NAME = "timers"
 
@@ -90,6 +90,10 @@ class WorkerConfig:
             raise ConfigError(f"TIMERS_APP_ID={self.app_id!r}: use letters, digits, '.', '_' or '-'")
         if self.clock_tolerance_ms < 0:
             raise ConfigError("TIMERS_CLOCK_TOLERANCE_MS must be >= 0")
+        if not 0 <= self.web_port <= 65535:
+            raise ConfigError(f"TIMERS_WEB_PORT={self.web_port}: use a port number from 0 to 65535")
+        if self.max_due_ahead_s < 0:
+            raise ConfigError("TIMERS_MAX_DUE_AHEAD_S must be >= 0 (0 means no limit)")
         if self.max_payload_bytes < 1:
             raise ConfigError("TIMERS_MAX_PAYLOAD_BYTES must be >= 1")
         if self.ingest_batch_size < 1 or self.fire_chunk_size < 1:
@@ -104,7 +108,7 @@ class WorkerConfig:
         """Why ``topic`` cannot receive callbacks, as (reason code, detail), or None if it can."""
         if not topic:
             return "missing-callback-topic", "callBackTopic is empty"
-        if not _TOPIC_NAME.match(topic) or topic in (".", ".."):
+        if not _TOPIC_NAME.fullmatch(topic) or topic in (".", ".."):
             return "invalid-callback-topic", f"{topic!r} is not a valid Kafka topic name"
         # The service's own topics and Kafka/Faust internals are never targets:
         # a timer must not be able to forge ticks, requests or table state.

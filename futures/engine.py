@@ -30,7 +30,6 @@ from futures.metrics import WorkerMetrics
 from futures.records import SourceRecord
 from futures.requests import CancelRequest, Rejection, Schedule, parse_request, seed_id
 from futures.table import PartitionTimers, Record, table_key, watermark_record
-from ktimers.errors import TimersError
 from ktimers.wire import (
     H_DUE_MS,
     H_ERROR,
@@ -138,11 +137,22 @@ class TimerEngine:
                         fire_now.append((record.partition, late))
             if fire_now:
                 outcome = await self._fire(fire_now, self._clock())
-                if outcome.transient:
-                    # Not stored, so no later tick would find it: fail the batch,
-                    # Faust does not commit it, and it is read again.
-                    raise DispatchRetry(f"{len(outcome.transient)} late callbacks hit a transient error")
+                for i in outcome.transient:
+                    partition, timer = fire_now[i]
+                    self._keep_for_retry(partition, timer, changes[partition])
             await self._commit(changes, {})
+
+    def _keep_for_retry(self, partition: int, timer: StoredTimer, part: _Changes) -> None:
+        """Store a late timer whose callback failed transiently, so the next tick retries it.
+
+        Its key is placed just after the watermark (scans start there); the
+        Future keeps its real due time for headers and lateness.
+        """
+        self.metrics.dispatch_retries.inc()
+        retry_ms = self._tables(partition).watermark * 1000 + 1
+        part.records.append((table_key(retry_ms, timer.future.id), timer.SerializeToString()))
+        part.overlay[timer.future.id] = retry_ms
+        part.pending_delta += 1
 
     def _current_due(self, part: _Changes, table: PartitionTimers, timer_id: str) -> int | None:
         if timer_id in part.overlay:
@@ -274,10 +284,14 @@ class TimerEngine:
         table = self._tables(partition)
         limit_ms = second * 1000
         chunk = self.config.fire_chunk_size
+        # Timers kept for a retry stay at the head of the range; scan on past
+        # them so that one unavailable topic does not hold back the rest.
+        after: bytes | None = None
+        complete = True
         while True:
-            due = table.due_by(limit_ms, chunk)
+            due = table.due_by(limit_ms, chunk, after=after)
             if not due:
-                return True
+                return complete
             timers = [StoredTimer.FromString(d.value) for d in due]
             outcome = await self._fire([(partition, t) for t in timers], self._clock())
             for i in outcome.done:
@@ -285,9 +299,10 @@ class TimerEngine:
             part.pending_delta -= len(outcome.done)
             if outcome.transient:
                 self.metrics.dispatch_retries.inc(len(outcome.transient))
-                return False
+                complete = False
+                after = due[-1].key
             if len(due) < chunk:
-                return True
+                return complete
             # A large second: make this chunk durable before scanning on, so the
             # table (and memory) never holds more than one chunk in flight.
             await self._commit({partition: part}, {})
@@ -444,7 +459,3 @@ class TimerEngine:
             source_offset=timer.source_offset,
             reason=f"{reason}: {detail}",
         )
-
-
-class DispatchRetry(TimersError):
-    """Late callbacks hit a transient error; the batch must be processed again."""

@@ -118,9 +118,9 @@ class TimerStore(SerializedStore):
 
     def _get(self, key: bytes) -> bytes | None:
         for timers in self._partitions.values():
-            value = timers._db.get(key)
+            value = timers.get_raw(key)
             if value is not None:
-                return bytes(value)
+                return value
         return None
 
     def _set(self, key: bytes, value: bytes | None) -> None:
@@ -130,23 +130,17 @@ class TimerStore(SerializedStore):
         raise NotImplementedError("timers are deleted in bulk by the engine, not item by item")
 
     def _iterkeys(self) -> Iterator[bytes]:
-        for _, timer in self._iter_timers():
-            yield timer
+        for key, _ in self._iteritems():
+            yield key
 
     def _itervalues(self) -> Iterator[bytes | None]:
-        for timers in list(self._partitions.values()):
-            for due in timers.iter_pending():
-                yield due.value
+        for _, value in self._iteritems():
+            yield value
 
     def _iteritems(self) -> Iterator[tuple[bytes, bytes]]:
         for timers in list(self._partitions.values()):
             for due in timers.iter_pending():
                 yield due.key, due.value
-
-    def _iter_timers(self) -> Iterator[tuple[int, bytes]]:
-        for partition, timers in list(self._partitions.items()):
-            for due in timers.iter_pending():
-                yield partition, due.key
 
     def _size(self) -> int:
         return sum(t.pending for t in self._partitions.values())

@@ -96,18 +96,24 @@ class PartitionTimers:
         return None if raw is None else int(_U64.unpack(raw)[0])
 
     def get(self, due_ms: int, timer_id: str) -> bytes | None:
-        value = self._db.get(table_key(due_ms, timer_id))
+        return self.get_raw(table_key(due_ms, timer_id))
+
+    def get_raw(self, key: bytes) -> bytes | None:
+        value = self._db.get(key)
         return None if value is None else bytes(value)
 
-    def due_by(self, limit_ms: int, max_count: int) -> list[DueTimer]:
+    def due_by(self, limit_ms: int, max_count: int, after: bytes | None = None) -> list[DueTimer]:
         """Up to ``max_count`` pending timers with due_ms <= ``limit_ms``, earliest first.
 
         Every pending timer is due after the watermark (earlier ones were fired
         and deleted), so the scan starts there and never walks the tombstones
-        that firing leaves at the head of the key range.
+        that firing leaves at the head of the key range. ``after``: resume past
+        this table key (timers kept for a retry are not returned again).
         """
         start_ms = self.watermark * 1000 + 1 if self.watermark >= 0 else 0
         start = TIMER_PREFIX + due_prefix(start_ms)
+        if after is not None and after >= start:
+            start = after + b"\x00"  # the smallest key greater than ``after``
         stop = TIMER_PREFIX + due_prefix(limit_ms + 1)
         found: list[DueTimer] = []
         it = self._db.iter()
@@ -145,18 +151,24 @@ class PartitionTimers:
         batch = WriteBatch(raw_mode=True)
         delta = 0
         watermark = self.watermark
+        # Whether each timer key exists once the records so far are applied: the
+        # batch is not readable before it is written, and a replay batch may put
+        # and delete (or put twice) the same key.
+        present: dict[bytes, bool] = {}
         for key, value in records:
             if key.startswith(TIMER_PREFIX):
                 due_ms, timer_id = split_timer_key(key[1:])
                 index_key = INDEX_PREFIX + timer_id.encode()
+                if pending_delta is None:
+                    existed = present.get(key)
+                    if existed is None:
+                        existed = self._db.get(key) is not None
+                    delta += (value is not None) - existed
+                    present[key] = value is not None
                 if value is None:
-                    if pending_delta is None and self._db.get(key) is not None:
-                        delta -= 1
                     batch.delete(key)
                     batch.delete(index_key)
                 else:
-                    if pending_delta is None and self._db.get(key) is None:
-                        delta += 1
                     batch.put(key, value)
                     batch.put(index_key, _U64.pack(due_ms))
             elif key == WATERMARK_KEY and value is not None:
