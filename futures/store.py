@@ -31,6 +31,8 @@ class TimerStore(SerializedStore):
     def __init__(self, url: Any, app: Any, table: Any, **kwargs: Any) -> None:
         super().__init__(url, app, table, **kwargs)
         self._partitions: dict[int, PartitionTimers] = {}
+        #: True once the assigned partitions are recovered; False during a rebalance.
+        self.ready = False
 
     # -- what the engine uses -------------------------------------------------
 
@@ -81,6 +83,7 @@ class TimerStore(SerializedStore):
         newly_assigned: set[TP],
         generation_id: int = 0,
     ) -> None:
+        self.ready = False
         changelog = self.table.changelog_topic.topics
         for tp in revoked:
             if tp.topic in changelog and tp.partition in self._partitions:
@@ -93,6 +96,7 @@ class TimerStore(SerializedStore):
     async def on_recovery_completed(self, active_tps: set[TP], standby_tps: set[TP]) -> None:
         parts = sorted(tp.partition for tp in active_tps)
         pending = sum(self.partition(p).pending for p in parts)
+        self.ready = True
         log.info("timer table ready: partitions %s, %d pending timers", parts, pending)
 
     async def backup_partition(

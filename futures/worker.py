@@ -29,7 +29,7 @@ def build(config: WorkerConfig, partitions: int) -> tuple[faust.App, TimerEngine
     writer = KafkaWriter.connect(config.common.kafka)
     engine = TimerEngine(config, timers.store.partition, writer, metrics)
     register_agents(timers.app, engine, config)
-    register_views(timers.app, metrics)
+    register_views(timers.app, metrics, timers.store)
 
     # mode types receivers with a positional-only sender that no def can spell.
     @timers.app.on_before_shutdown.connect  # type: ignore[arg-type]
