@@ -58,6 +58,8 @@ def create_app(config: WorkerConfig, partitions: int) -> TimersApp:
         config.app_id,
         broker=_broker_url(kafka),
         broker_credentials=_credentials(kafka),
+        # Faust defaults datadir to "<id>-data" in the working directory; keep it all in one place.
+        datadir=str(config.data_dir),
         tabledir=str(config.data_dir),
         topic_partitions=partitions,
         topic_replication_factor=profile.replication_factor,
