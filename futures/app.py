@@ -29,8 +29,8 @@ class TimersApp:
         return store
 
 
-def _broker_url(kafka: KafkaConfig) -> str:
-    return ";".join(f"kafka://{server.strip()}" for server in kafka.bootstrap_servers.split(","))
+def _broker_url(kafka: KafkaConfig, scheme: str = "kafka") -> str:
+    return ";".join(f"{scheme}://{server.strip()}" for server in kafka.bootstrap_servers.split(","))
 
 
 def _credentials(kafka: KafkaConfig) -> faust.types.auth.CredentialsT | None:
@@ -57,6 +57,8 @@ def create_app(config: WorkerConfig, partitions: int) -> TimersApp:
     app = faust.App(
         config.app_id,
         broker=_broker_url(kafka),
+        # See futures/transport.py: only the embedded broker needs it.
+        broker_consumer=_broker_url(kafka, "tansu" if profile.short_fetch_wait else "kafka"),
         broker_credentials=_credentials(kafka),
         # Faust defaults datadir to "<id>-data" in the working directory; keep it all in one place.
         datadir=str(config.data_dir),

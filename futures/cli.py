@@ -26,7 +26,7 @@ from futures.durations import DURATION_HELP, INSTANT_HELP, parse_duration, parse
 from ktimers.config import CommonConfig
 from ktimers.errors import DeliveryError, TimersError
 from ktimers.topics import create_topics, verify_topics
-from ktimers.wire import H_DUE_MS, H_FIRED_MS, header_value
+from ktimers.wire import H_DUE_MS, H_FIRED_MS, header_value, text_or_repr
 
 EXIT_USAGE = 2  # bad arguments, bad config, Kafka unreachable: the user must act
 EXIT_INCOMPLETE = 1  # watch --count not reached before --timeout
@@ -275,15 +275,6 @@ def _cancel(args: argparse.Namespace) -> int:
     return 0
 
 
-def _text(data: bytes | None) -> str | None:
-    if data is None:
-        return None
-    try:
-        return data.decode()
-    except UnicodeDecodeError:
-        return repr(data)
-
-
 def _int_header(headers: list[tuple[str, bytes | None]], name: str) -> int | None:
     raw = header_value(headers, name)
     try:
@@ -298,9 +289,9 @@ def record_json(msg: Any, now_ms: int) -> dict[str, Any]:
     out: dict[str, Any] = {
         "partition": msg.partition(),
         "offset": msg.offset(),
-        "key": _text(msg.key()),
-        "value": _text(msg.value()),
-        "headers": {k: _text(v) for k, v in headers},
+        "key": text_or_repr(msg.key()),
+        "value": text_or_repr(msg.value()),
+        "headers": {k: text_or_repr(v) for k, v in headers},
     }
     due_ms = _int_header(headers, H_DUE_MS)
     if due_ms is not None:

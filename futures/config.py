@@ -69,7 +69,8 @@ class WorkerConfig:
         config = cls(
             common=CommonConfig.from_env(env),
             app_id=env.get("TIMERS_APP_ID") or cls.app_id,
-            data_dir=Path(env.get("TIMERS_DATA_DIR") or cls.data_dir),
+            # Absolute: Faust would nest a relative table dir under its data dir.
+            data_dir=Path(env.get("TIMERS_DATA_DIR") or cls.data_dir).resolve(),
             web_host=env.get("TIMERS_WEB_HOST") or cls.web_host,
             web_port=env_int(env, "TIMERS_WEB_PORT", cls.web_port),
             late_policy=policy,

@@ -84,6 +84,9 @@ def start_broker(port: int | None = None, log_path: str | None = None) -> Embedd
         stdout=out,
         stderr=subprocess.STDOUT,
         env={**os.environ, "RUST_LOG": os.environ.get("RUST_LOG", "warn")},
+        # Out of the terminal's process group: Ctrl-C must not kill the broker
+        # before the services that talk to it have stopped; its owner stops it last.
+        start_new_session=True,
     )
     broker = EmbeddedBroker(port=port, process=process)
     try:

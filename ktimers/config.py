@@ -63,6 +63,9 @@ class ProfileSettings:
       With this on, the record that closes each changelog write goes out in a
       batch of its own, so the reported end offset is exact.
     * ``replication_factor``: Tansu has one broker.
+    * ``short_fetch_wait``: Tansu holds a fetch for its full max wait even when
+      data arrives (Faust's is 1.5 s, which delayed ticks); the worker consumes
+      through a transport with a 100 ms wait instead.
     """
 
     session_timeout_s: float
@@ -70,6 +73,7 @@ class ProfileSettings:
     rebalance_timeout_s: float
     isolate_changelog_tail: bool
     replication_factor: int
+    short_fetch_wait: bool
 
     @classmethod
     def for_profile(cls, profile: BrokerProfile) -> ProfileSettings:
@@ -80,6 +84,7 @@ class ProfileSettings:
                 rebalance_timeout_s=6.0,
                 isolate_changelog_tail=True,
                 replication_factor=1,
+                short_fetch_wait=True,
             )
         return cls(
             session_timeout_s=60.0,
@@ -87,6 +92,7 @@ class ProfileSettings:
             rebalance_timeout_s=60.0,
             isolate_changelog_tail=False,
             replication_factor=3,
+            short_fetch_wait=False,
         )
 
 

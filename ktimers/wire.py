@@ -72,6 +72,16 @@ def header_value(headers: Iterable[tuple[str, bytes | None]] | None, name: str) 
     return found
 
 
+def text_or_repr(data: bytes | None) -> str | None:
+    """Bytes as text for people: UTF-8 when it is, else the bytes' repr."""
+    if data is None:
+        return None
+    try:
+        return data.decode()
+    except UnicodeDecodeError:
+        return repr(data)
+
+
 def encode_second_key(second: int) -> bytes:
     """Record key for an epoch second (seed format and ticks): decimal UTF-8."""
     return str(second).encode()

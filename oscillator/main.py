@@ -8,13 +8,12 @@ SIGTERM/SIGINT, then flush and exit 0.
 from __future__ import annotations
 
 import logging
-import signal
 import sys
 import time
 from collections.abc import Callable
-from types import FrameType
 
 from ktimers.errors import ConfigError, DeliveryError, TimersError
+from ktimers.shutdown import StopFlag
 from oscillator.clock import TickSchedule
 from oscillator.config import OscillatorConfig
 from oscillator.health import HealthServer, Liveness
@@ -30,28 +29,6 @@ MAX_SLEEP_S = 0.05
 # Kubernetes waits 30 s before SIGKILL, but a restart should be quick and ticks
 # older than a second are superseded anyway (seconds).
 FLUSH_TIMEOUT_S = 1.5
-
-
-class StopFlag:
-    """Set by SIGTERM/SIGINT. A plain attribute: a signal handler must not take locks
-    (``threading.Event.set`` does, and the interrupted main thread may hold it)."""
-
-    def __init__(self) -> None:
-        self.reason: str | None = None
-
-    @property
-    def requested(self) -> bool:
-        return self.reason is not None
-
-    def request(self, reason: str) -> None:
-        self.reason = self.reason or reason
-
-    def install(self) -> None:
-        def handle(signum: int, _frame: FrameType | None) -> None:
-            self.request(signal.Signals(signum).name)
-
-        signal.signal(signal.SIGTERM, handle)
-        signal.signal(signal.SIGINT, handle)
 
 
 def tick_loop(

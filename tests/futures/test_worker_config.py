@@ -61,10 +61,11 @@ def test_every_setting_is_read_from_the_environment():
 
 
 def test_empty_environment_gives_the_documented_defaults():
-    assert WorkerConfig.from_env({}) == WorkerConfig()
+    # The data dir is made absolute (Faust would nest a relative one under its own).
+    assert WorkerConfig.from_env({}) == WorkerConfig(data_dir=Path("data").resolve())
     # Empty values mean "unset", as a Helm chart renders an empty value.
     blanks = {name: "" for name in FULL_ENV}
-    assert WorkerConfig.from_env(blanks) == WorkerConfig()
+    assert WorkerConfig.from_env(blanks) == WorkerConfig(data_dir=Path("data").resolve())
 
 
 @pytest.mark.parametrize("value", ["fire", "FIRE", "Drop", "dlq"])

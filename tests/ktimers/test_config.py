@@ -1,0 +1,168 @@
+"""Shared configuration from the environment: Kafka connection, broker profile, topic names."""
+
+from __future__ import annotations
+
+import pytest
+
+from ktimers.config import (
+    BrokerProfile,
+    CommonConfig,
+    KafkaConfig,
+    ProfileSettings,
+    TopicsConfig,
+)
+from ktimers.errors import ConfigError
+
+PASSWORD = "pa55-w0rd-xyz"  # a made-up value, never a real credential
+
+SASL_ENV = {
+    "KAFKA_BOOTSTRAP_SERVERS": "b1:9093,b2:9093",
+    "KAFKA_SECURITY_PROTOCOL": "SASL_SSL",
+    "KAFKA_SASL_MECHANISM": "SCRAM-SHA-512",
+    "KAFKA_SASL_USERNAME": "timers",
+    "KAFKA_SASL_PASSWORD": PASSWORD,
+    "KAFKA_SSL_CA_LOCATION": "/etc/kafka/ca.pem",
+}
+
+
+def test_kafka_defaults() -> None:
+    kafka = KafkaConfig.from_env({})
+
+    assert kafka.profile is BrokerProfile.CLUSTER
+    assert kafka.librdkafka() == {"bootstrap.servers": "127.0.0.1:9092", "security.protocol": "PLAINTEXT"}
+
+
+def test_empty_variables_count_as_unset() -> None:
+    kafka = KafkaConfig.from_env({"KAFKA_BOOTSTRAP_SERVERS": "", "KAFKA_SECURITY_PROTOCOL": ""})
+
+    assert kafka.librdkafka()["bootstrap.servers"] == "127.0.0.1:9092"
+    assert kafka.security_protocol == "PLAINTEXT"
+
+
+def test_reads_os_environ_when_no_env_is_given(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("KAFKA_BOOTSTRAP_SERVERS", "kafka.internal:9092")
+
+    assert KafkaConfig.from_env().bootstrap_servers == "kafka.internal:9092"
+
+
+def test_sasl_settings_become_librdkafka_keys() -> None:
+    assert KafkaConfig.from_env(SASL_ENV).librdkafka() == {
+        "bootstrap.servers": "b1:9093,b2:9093",
+        "security.protocol": "SASL_SSL",
+        "sasl.mechanism": "SCRAM-SHA-512",
+        "sasl.username": "timers",
+        "sasl.password": PASSWORD,
+        "ssl.ca.location": "/etc/kafka/ca.pem",
+    }
+
+
+def test_protocol_is_case_insensitive() -> None:
+    kafka = KafkaConfig.from_env({"KAFKA_SECURITY_PROTOCOL": "ssl"})
+
+    assert kafka.librdkafka()["security.protocol"] == "SSL"
+
+
+def test_password_never_shows_in_repr_or_str() -> None:
+    common = CommonConfig.from_env(SASL_ENV)
+    assert common.kafka.sasl_password is not None
+
+    for text in (repr(common), str(common), repr(common.kafka), str(common.kafka.sasl_password)):
+        assert PASSWORD not in text
+    assert "**********" in repr(common.kafka)
+    assert common.kafka.sasl_password.get_secret_value() == PASSWORD
+
+
+def test_unknown_protocol_is_refused_with_the_choices() -> None:
+    with pytest.raises(ConfigError) as info:
+        KafkaConfig.from_env({"KAFKA_SECURITY_PROTOCOL": "TLS"})
+
+    message = str(info.value)
+    assert "KAFKA_SECURITY_PROTOCOL='TLS'" in message
+    for choice in ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL"):
+        assert choice in message
+
+
+def test_sasl_without_mechanism_says_which_variable_to_set() -> None:
+    with pytest.raises(ConfigError, match="needs KAFKA_SASL_MECHANISM"):
+        KafkaConfig.from_env({"KAFKA_SECURITY_PROTOCOL": "SASL_PLAINTEXT"})
+
+
+@pytest.mark.parametrize("value", ["embedded", "EMBEDDED", "Embedded"])
+def test_embedded_profile(value: str) -> None:
+    kafka = KafkaConfig.from_env({"TIMERS_BROKER_PROFILE": value})
+
+    assert kafka.profile is BrokerProfile.EMBEDDED
+    assert kafka.settings == ProfileSettings.for_profile(BrokerProfile.EMBEDDED)
+
+
+def test_unknown_profile_is_refused_with_the_choices() -> None:
+    with pytest.raises(ConfigError, match="TIMERS_BROKER_PROFILE='tansu' is not one of: cluster, embedded"):
+        KafkaConfig.from_env({"TIMERS_BROKER_PROFILE": "tansu"})
+
+
+def test_profiles_differ_as_documented() -> None:
+    cluster = KafkaConfig.from_env({}).settings
+    embedded = KafkaConfig.from_env({"TIMERS_BROKER_PROFILE": "embedded"}).settings
+
+    # Short group timeouts on Tansu (a restarted worker waits a whole session,
+    # STACK.md quirk 4); Kafka's usual ones on a cluster.
+    assert (embedded.session_timeout_s, embedded.heartbeat_s, embedded.rebalance_timeout_s) == (6.0, 0.5, 6.0)
+    assert (cluster.session_timeout_s, cluster.heartbeat_s, cluster.rebalance_timeout_s) == (60.0, 3.0, 60.0)
+    # The changelog workaround for Tansu's ListOffsets (quirk 1) stays off on a real cluster.
+    assert embedded.isolate_changelog_tail and not cluster.isolate_changelog_tail
+    # One broker in Tansu.
+    assert (embedded.replication_factor, cluster.replication_factor) == (1, 3)
+    for settings in (embedded, cluster):
+        assert settings.heartbeat_s < settings.session_timeout_s
+
+
+def test_topic_defaults() -> None:
+    topics = TopicsConfig.from_env({})
+
+    assert (topics.oscillator, topics.request, topics.events, topics.dlq) == (
+        "oscillator",
+        "timer-request",
+        "timer-events",
+        "timer-request-dlq",
+    )
+    assert topics.partitions == 4
+
+
+def test_topic_overrides() -> None:
+    topics = TopicsConfig.from_env(
+        {
+            "TIMERS_TOPIC_OSCILLATOR": "ticks",
+            "TIMERS_TOPIC_REQUEST": "requests",
+            "TIMERS_TOPIC_EVENTS": "events",
+            "TIMERS_TOPIC_DLQ": "dead",
+            "TIMERS_PARTITIONS": "12",
+        }
+    )
+
+    assert (topics.oscillator, topics.request, topics.events, topics.dlq, topics.partitions) == (
+        "ticks",
+        "requests",
+        "events",
+        "dead",
+        12,
+    )
+
+
+def test_own_topics_are_the_four_service_topics() -> None:
+    topics = TopicsConfig.from_env({"TIMERS_TOPIC_REQUEST": "requests"})
+
+    assert topics.own == {"oscillator", "requests", "timer-events", "timer-request-dlq"}
+    assert "timer-request" not in topics.own
+
+
+@pytest.mark.parametrize("value", ["four", "4.0", "0", "-2"])
+def test_bad_partition_count_names_the_variable(value: str) -> None:
+    with pytest.raises(ConfigError, match="TIMERS_PARTITIONS"):
+        TopicsConfig.from_env({"TIMERS_PARTITIONS": value})
+
+
+def test_common_config_reads_both_parts() -> None:
+    common = CommonConfig.from_env({"KAFKA_BOOTSTRAP_SERVERS": "k:9092", "TIMERS_TOPIC_DLQ": "dead"})
+
+    assert common.kafka.bootstrap_servers == "k:9092"
+    assert common.topics.dlq == "dead"

@@ -1,0 +1,147 @@
+"""The wire format: generated code in sync with the schema, sortable keys, seed compatibility."""
+
+from __future__ import annotations
+
+import random
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from ktimers.wire import (
+    Future,
+    due_prefix,
+    encode_second_key,
+    parse_second_key,
+    split_timer_key,
+    timer_key,
+)
+
+REPO = Path(__file__).resolve().parents[2]
+
+# Due times around the edges a wrong codec would trip on: byte boundaries, 2^32 ms
+# (a 4-byte or native-int codec wraps there; today's epoch ms is already ~2^40.7),
+# and the largest value the 8-byte key holds.
+DUE_MS = [
+    0,
+    1,
+    255,
+    256,
+    65_535,
+    65_536,
+    2**32 - 1,
+    2**32,
+    2**32 + 1,
+    1_700_000_000_000,
+    1_700_000_000_001,
+    2**40,
+    2**63 - 1,
+    2**63,
+    2**64 - 1,
+]
+IDS = ["", "0", "a", "aa", "ab", "b", "seed-0-17", "seed-0-2", "z" * 40, "é", "日本"]
+
+
+def test_generated_code_matches_the_schema(tmp_path: Path) -> None:
+    # The same command as `make proto`, run from the repository root so the
+    # file name embedded in the descriptor is the same.
+    subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "grpc_tools.protoc",
+            "-Iproto",
+            f"--python_out={tmp_path}",
+            f"--pyi_out={tmp_path}",
+            "proto/timers.proto",
+        ],
+        cwd=REPO,
+        check=True,
+        capture_output=True,
+    )
+    for name in ("timers_pb2.py", "timers_pb2.pyi"):
+        generated = (tmp_path / name).read_bytes()
+        checked_in = (REPO / "ktimers" / name).read_bytes()
+        assert generated == checked_in, (
+            f"ktimers/{name} is out of date with proto/timers.proto: run make proto"
+        )
+
+
+def test_timer_keys_sort_by_due_time_then_id() -> None:
+    pairs = [(due, timer_id) for due in DUE_MS for timer_id in IDS]
+    shuffled = pairs[:]
+    random.Random(7).shuffle(shuffled)
+
+    by_key = sorted(shuffled, key=lambda pair: timer_key(*pair))
+
+    assert by_key == sorted(pairs)
+
+
+@pytest.mark.parametrize("due_ms", DUE_MS)
+def test_split_timer_key_inverts_timer_key(due_ms: int) -> None:
+    for timer_id in IDS:
+        assert split_timer_key(timer_key(due_ms, timer_id)) == (due_ms, timer_id)
+
+
+def test_due_prefix_separates_earlier_from_later_timers() -> None:
+    # A "due by" scan reads from the start of the table up to due_prefix(limit).
+    limit = 2**32 + 1000
+    for due in DUE_MS:
+        for timer_id in IDS:
+            key = timer_key(due, timer_id)
+            assert (key < due_prefix(limit)) == (due < limit), (due, timer_id)
+
+
+@pytest.mark.parametrize(
+    ("key", "second"),
+    [(b"0", 0), (b"7", 7), (b"1700000000", 1_700_000_000), (b"999999999999", 999_999_999_999)],
+)
+def test_parse_second_key_reads_decimal_seconds(key: bytes, second: int) -> None:
+    assert parse_second_key(key) == second
+
+
+@pytest.mark.parametrize(
+    "key",
+    [
+        None,
+        b"",
+        b"-1",
+        b"+1",
+        b"1.5",
+        b" 17",
+        b"17 ",
+        b"17a",
+        b"0x11",
+        "٣".encode(),  # an Arabic-Indic digit: a digit to str.isdigit, not to us
+        b"1" * 13,  # longer than any epoch second we accept
+        b"99999999999999999999999",
+    ],
+)
+def test_parse_second_key_rejects_anything_else(key: bytes | None) -> None:
+    assert parse_second_key(key) is None
+
+
+def test_second_keys_round_trip() -> None:
+    for second in (0, 59, 1_700_000_000, 999_999_999_999):
+        assert parse_second_key(encode_second_key(second)) == second
+
+
+def test_seed_future_fields_keep_their_numbers() -> None:
+    fields = Future.DESCRIPTOR.fields_by_name
+    assert fields["callBackTopic"].number == 1
+    assert fields["callBackKey"].number == 2
+    assert fields["callBack"].number == 3
+
+
+def test_seed_future_round_trips_and_reads_the_original_bytes() -> None:
+    payload = bytes(range(256))
+    seed = Future(callBackTopic="orders", callBackKey="order-42", callBack=payload)
+
+    decoded = Future.FromString(seed.SerializeToString())
+
+    assert (decoded.callBackTopic, decoded.callBackKey, decoded.callBack) == ("orders", "order-42", payload)
+    assert not decoded.HasField("due_ms") and decoded.id == ""
+    # What a producer of the original design writes: fields 1-3, length-delimited.
+    original = b"\x0a\x06orders" + b"\x12\x08order-42" + b"\x1a\x80\x02" + payload
+    assert Future.FromString(original) == seed
