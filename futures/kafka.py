@@ -13,7 +13,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from confluent_kafka import KafkaError, Message, Producer
+from confluent_kafka import KafkaError, KafkaException, Message, Producer
 
 from ktimers.config import KafkaConfig
 from ktimers.errors import DeliveryError
@@ -53,9 +53,9 @@ class Deliveries:
     offsets: dict[int, int] = field(default_factory=dict)  # partition -> highest offset
     delivered: int = 0
 
-    def report(self, index: int, err: KafkaError | None, msg: Message) -> None:
-        if err is not None:
-            self.errors[index] = err
+    def report(self, index: int, err: KafkaError | None, msg: Message | None) -> None:
+        if err is not None or msg is None:
+            self.errors[index] = err or KafkaError(KafkaError._FAIL)
             return
         self.delivered += 1
         partition, offset = msg.partition(), msg.offset()
@@ -131,6 +131,13 @@ class KafkaWriter:
             except BufferError:
                 # The local queue is full: serve delivery reports to make room.
                 self._producer.poll(0.05)
+            except KafkaException as exc:
+                # Refused before it was queued (e.g. larger than message.max.bytes):
+                # a delivery failure of this record, not of the whole batch.
+                if deliveries is None:
+                    raise
+                deliveries.report(index, exc.args[0], None)
+                return
 
     def produce_many(
         self, topic: str, rows: Sequence[tuple[bytes | None, bytes | None, KafkaHeaders | None]]

@@ -12,7 +12,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import cast
 
-from confluent_kafka import KafkaError, Message
+from confluent_kafka import KafkaError, KafkaException, Message
 
 from ktimers.wire import TimerEvent, header_value
 
@@ -95,6 +95,9 @@ class FakeProducer:
 
     def __init__(self, fail: FailFn | None = None) -> None:
         self.fail: FailFn = fail or (lambda topic: None)
+        #: Errors raised by produce() itself, before queueing, as librdkafka does
+        #: for a record larger than message.max.bytes.
+        self.refuse: FailFn = lambda topic: None
         self.sent: list[Sent] = []
         self.flush_count = 0
         self._queue: list[tuple[Sent, DeliveryCallback | None]] = []
@@ -110,6 +113,9 @@ class FakeProducer:
         on_delivery: DeliveryCallback | None = None,
         headers: dict[str, str | bytes | None] | list[tuple[str, str | bytes | None]] | None = None,
     ) -> None:
+        refusal = self.refuse(topic)
+        if refusal is not None:
+            raise KafkaException(refusal)
         pairs = headers.items() if isinstance(headers, dict) else headers or ()
         sent = Sent(
             topic=topic,

@@ -12,6 +12,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
+from confluent_kafka import KafkaError
 
 from futures.config import LatePolicy, WorkerConfig
 from futures.engine import TimerEngine
@@ -465,6 +466,22 @@ def test_permanently_undeliverable_callback_is_dead_lettered_and_others_fire(rig
     rig.tick(T + 1)  # dead-lettered for good: not retried
     assert len(rig.producer.failed("gone")) == 1
     assert len(rig.dlq()) == 1
+
+
+def test_callback_refused_by_produce_itself_is_dead_lettered_without_stopping_the_tick(rig):
+    # librdkafka raises from produce() for a record over message.max.bytes.
+    rig.producer.refuse = lambda topic: KafkaError(KafkaError.MSG_SIZE_TOO_LARGE) if topic == "big" else None
+    rig.ingest(
+        rig.request("a", T_MS - 10), rig.request("huge", T_MS - 5, topic="big"), rig.request("c", T_MS)
+    )
+    rig.tick(T)
+
+    assert rig.fired() == ["a", "c"]
+    [dead] = rig.dlq()
+    assert dead.header("kt-reason") == b"callback-undeliverable"
+    assert b"big" in (dead.header("kt-error") or b"")
+    assert rig.table(0).pending == 0
+    assert rig.table(0).watermark == T
 
 
 def test_transiently_undeliverable_callback_is_kept_and_retried_on_the_next_tick(rig):
