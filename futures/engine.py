@@ -29,7 +29,7 @@ from futures.kafka import Deliveries, KafkaWriter, is_permanent
 from futures.metrics import WorkerMetrics
 from futures.records import SourceRecord
 from futures.requests import CancelRequest, Rejection, Schedule, parse_request, seed_id
-from futures.table import PartitionTimers, Record, table_key, watermark_record
+from futures.table import PartitionTimers, Record, progress_record, table_key
 from ktimers.wire import (
     H_DUE_MS,
     H_ERROR,
@@ -81,10 +81,12 @@ def tick_second(record: SourceRecord) -> int | None:
 
 @dataclass
 class _Changes:
-    """Changelog records and pending-count changes of one partition, not yet written."""
+    """Changelog records and progress of one partition, not yet written."""
 
     records: list[Record] = field(default_factory=list)
     pending_delta: int = 0
+    watermark: int | None = None  # new watermark (epoch s), when the clock moved
+    request_offset: int | None = None  # last `timer-request` offset applied, when requests were
     # Ids touched in this batch → due ms (None = removed): later requests in the
     # same batch must see earlier ones before anything reaches the table.
     overlay: dict[str, int | None] = field(default_factory=dict)
@@ -104,6 +106,9 @@ class TimerEngine:
         writer: KafkaWriter,
         metrics: WorkerMetrics,
         clock: Callable[[], int] = wall_clock_ms,
+        *,
+        owns: Callable[[int], bool] = lambda partition: True,
+        lock: asyncio.Lock | None = None,
     ) -> None:
         self.config = config
         self._tables = tables
@@ -111,9 +116,11 @@ class TimerEngine:
         self.metrics = metrics
         self._clock = clock
         self._topics = config.common.topics
+        self._owns = owns
         # Ingest and firing both mutate the tables; one at a time keeps the
         # overlay, the watermark checks and the changelog order consistent.
-        self._lock = asyncio.Lock()
+        # The store shares it, to close revoked partitions between mutations.
+        self._lock = lock or asyncio.Lock()
         self._side = Deliveries()  # events and dead letters since the last commit
 
     # -- request → table -------------------------------------------------------
@@ -121,12 +128,19 @@ class TimerEngine:
     async def ingest(self, records: Sequence[SourceRecord]) -> None:
         """Apply a batch of `timer-request` records; durable when this returns."""
         async with self._lock:
+            records = self._owned(records)
             now = self._clock()
             changes: dict[int, _Changes] = defaultdict(_Changes)
             fire_now: list[tuple[int, StoredTimer]] = []
             for record in records:
-                request = parse_request(record, self.config, now)
                 part = changes[record.partition]
+                if record.offset <= self._tables(record.partition).request_offset:
+                    # Applied before a restart or rebalance, read again from an
+                    # older committed offset: applying it twice could fire twice.
+                    self.metrics.requests_skipped.inc()
+                    continue
+                part.request_offset = record.offset
+                request = parse_request(record, self.config, now)
                 if isinstance(request, Rejection):
                     self._reject(request.record, request.reason, request.detail, request.timer_id)
                 elif isinstance(request, CancelRequest):
@@ -140,7 +154,14 @@ class TimerEngine:
                 for i in outcome.transient:
                     partition, timer = fire_now[i]
                     self._keep_for_retry(partition, timer, changes[partition])
-            await self._commit(changes, {})
+            await self._commit(changes)
+
+    def _owned(self, records: Sequence[SourceRecord]) -> Sequence[SourceRecord]:
+        """Drop records of partitions revoked while they were buffered: the new owner reads them."""
+        kept = [r for r in records if self._owns(r.partition)]
+        if len(kept) < len(records):
+            log.info("skipped %d records of partitions no longer assigned here", len(records) - len(kept))
+        return kept
 
     def _keep_for_retry(self, partition: int, timer: StoredTimer, part: _Changes) -> None:
         """Store a late timer whose callback failed transiently, so the next tick retries it.
@@ -244,20 +265,22 @@ class TimerEngine:
             return
         async with self._lock:
             changes: dict[int, _Changes] = {}
-            watermarks: dict[int, int] = {}
             for partition, second in sorted(latest.items()):
+                if not self._owns(partition):
+                    continue
                 target = self._trusted_second(partition, second)
                 if target is None:
                     continue
                 part = _Changes()
                 if await self._fire_due(partition, target, part):
-                    watermarks[partition] = target
+                    part.watermark = target
                 changes[partition] = part
-            await self._commit(changes, watermarks)
+            await self._commit(changes)
         # Every tick that did not move a clock — older, repeated, or one of
         # several oscillators' copies of the same second — is a duplicate.
-        self.metrics.ticks.labels("advanced").inc(len(watermarks))
-        self.metrics.ticks.labels("duplicate").inc(sum(received.values()) - len(watermarks))
+        advanced = sum(1 for part in changes.values() if part.watermark is not None)
+        self.metrics.ticks.labels("advanced").inc(advanced)
+        self.metrics.ticks.labels("duplicate").inc(sum(received.values()) - advanced)
 
     def _trusted_second(self, partition: int, second: int) -> int | None:
         """The second partition's clock may move to, or None for a no-op tick."""
@@ -305,7 +328,7 @@ class TimerEngine:
                 return complete
             # A large second: make this chunk durable before scanning on, so the
             # table (and memory) never holds more than one chunk in flight.
-            await self._commit({partition: part}, {})
+            await self._commit({partition: part})
             part.records.clear()
             part.pending_delta = 0
 
@@ -349,13 +372,18 @@ class TimerEngine:
 
     # -- table writes ----------------------------------------------------------
 
-    async def _commit(self, changes: dict[int, _Changes], watermarks: dict[int, int]) -> None:
+    async def _commit(self, changes: dict[int, _Changes]) -> None:
         """Write changelog records, wait for them, then apply them to the local tables.
 
-        Every write ends with the partition's watermark record. With
-        ``isolate_changelog_tail`` (embedded broker) it goes out in a batch of its own.
+        Every write ends with the partition's progress record (watermark and last
+        applied request offset). With ``isolate_changelog_tail`` (embedded broker)
+        it goes out in a batch of its own.
         """
-        changes = {p: c for p, c in changes.items() if c.records or p in watermarks}
+        changes = {
+            p: c
+            for p, c in changes.items()
+            if c.records or c.watermark is not None or c.request_offset is not None
+        }
         changelog = self.config.changelog_topic
         deliveries = Deliveries()
         staged: dict[int, list[Record]] = {}
@@ -365,9 +393,12 @@ class TimerEngine:
                 self._writer.produce(changelog, key, value, partition=partition, deliveries=deliveries)
         if self.config.common.kafka.settings.isolate_changelog_tail:
             await self._writer.flush()
-        for partition in changes:
-            second = watermarks.get(partition, self._tables(partition).watermark)
-            tail = watermark_record(second)
+        for partition, part in changes.items():
+            table = self._tables(partition)
+            tail = progress_record(
+                table.watermark if part.watermark is None else part.watermark,
+                table.request_offset if part.request_offset is None else part.request_offset,
+            )
             staged[partition].append(tail)
             self._writer.produce(changelog, tail[0], tail[1], partition=partition, deliveries=deliveries)
         await self._writer.flush()

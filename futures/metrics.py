@@ -48,6 +48,11 @@ class WorkerMetrics:
         self.lateness = Histogram(
             "timers_fire_lateness_seconds", "Fire time minus due time", buckets=LATENESS_BUCKETS, registry=r
         )
+        self.requests_skipped = Counter(
+            "timers_requests_skipped_total",
+            "Request records read again after a restart or rebalance, already applied, skipped",
+            registry=r,
+        )
         self.ticks = Counter(
             "timers_ticks_total",
             "Ticks by outcome: advanced the clock, duplicate/old (no-op), ahead of the worker clock, invalid",

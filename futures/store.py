@@ -11,6 +11,7 @@ Registered as the Faust store ``timers://local`` through the ``faust.stores`` en
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Iterator
@@ -31,8 +32,12 @@ class TimerStore(SerializedStore):
     def __init__(self, url: Any, app: Any, table: Any, **kwargs: Any) -> None:
         super().__init__(url, app, table, **kwargs)
         self._partitions: dict[int, PartitionTimers] = {}
+        self._owned: set[int] = set()
         #: True once the assigned partitions are recovered; False during a rebalance.
         self.ready = False
+        #: Held by the engine while it mutates tables; a rebalance takes it before
+        #: closing a revoked partition, so no write is cut in half.
+        self.lock = asyncio.Lock()
 
     # -- what the engine uses -------------------------------------------------
 
@@ -50,6 +55,10 @@ class TimerStore(SerializedStore):
 
     def open_partitions(self) -> dict[int, PartitionTimers]:
         return dict(self._partitions)
+
+    def owns(self, partition: int) -> bool:
+        """Whether this worker is assigned ``partition`` now (records of others are not ours to apply)."""
+        return partition in self._owned
 
     # -- Faust's recovery protocol -------------------------------------------
 
@@ -85,13 +94,15 @@ class TimerStore(SerializedStore):
     ) -> None:
         self.ready = False
         changelog = self.table.changelog_topic.topics
-        for tp in revoked:
-            if tp.topic in changelog and tp.partition in self._partitions:
-                log.info("closing timer table of partition %d", tp.partition)
-                self._partitions.pop(tp.partition).close()
-        for tp in newly_assigned:
-            if tp.topic in changelog:
-                self.partition(tp.partition)
+        async with self.lock:
+            self._owned = {tp.partition for tp in assigned if tp.topic in changelog}
+            for tp in revoked:
+                if tp.topic in changelog and tp.partition in self._partitions:
+                    log.info("closing timer table of partition %d", tp.partition)
+                    self._partitions.pop(tp.partition).close()
+            for tp in newly_assigned:
+                if tp.topic in changelog:
+                    self.partition(tp.partition)
 
     async def on_recovery_completed(self, active_tps: set[TP], standby_tps: set[TP]) -> None:
         parts = sorted(tp.partition for tp in active_tps)

@@ -6,11 +6,19 @@ Keys (bytes, compared bytewise by RocksDB):
 key                    value                       in the changelog?
 =====================  ==========================  ======================
 ``t`` + due_ms(8) + id  ``StoredTimer``             yes (tombstone = fired/cancelled)
-``m:watermark``         second (8, signed)          yes
+``m:progress``          watermark second (8) and    yes
+                       last applied request
+                       offset (8), signed
 ``i`` + id              due_ms(8)                   no: derived index for cancel/replace
 ``m:pending``           count (8)                   no: derived
 ``m:offset``            changelog offset (8)        no: how far the changelog is applied
 =====================  ==========================  ======================
+
+The progress record closes every changelog write. Its request offset makes
+applying `timer-request` idempotent: records at or below it were applied
+already, and are skipped when a restarted or new owner reads them again from
+an older committed consumer offset — otherwise a re-read request for a timer
+that has fired would fire it again.
 
 Because the due time leads the key, "every timer due by second s" is one
 forward range scan, and scheduling k timers into one second is k puts.
@@ -33,14 +41,16 @@ from ktimers.wire import due_prefix, split_timer_key, timer_key
 
 TIMER_PREFIX = b"t"
 INDEX_PREFIX = b"i"
-WATERMARK_KEY = b"m:watermark"
+PROGRESS_KEY = b"m:progress"
 PENDING_KEY = b"m:pending"
 OFFSET_KEY = b"m:offset"
 
 _I64 = struct.Struct(">q")
+_PROGRESS = struct.Struct(">qq")
 _U64 = struct.Struct(">Q")
 
 NO_WATERMARK = -1
+NO_OFFSET = -1
 
 #: A changelog record: (key, value), value None meaning delete.
 Record = tuple[bytes, bytes | None]
@@ -50,8 +60,9 @@ def table_key(due_ms: int, timer_id: str) -> bytes:
     return TIMER_PREFIX + timer_key(due_ms, timer_id)
 
 
-def watermark_record(second: int) -> Record:
-    return WATERMARK_KEY, _I64.pack(second)
+def progress_record(watermark: int, request_offset: int) -> Record:
+    """The record that closes a changelog write: watermark (epoch s) and last applied request offset."""
+    return PROGRESS_KEY, _PROGRESS.pack(watermark, request_offset)
 
 
 @dataclass(frozen=True)
@@ -79,7 +90,10 @@ class PartitionTimers:
         self.path = path
         path.parent.mkdir(parents=True, exist_ok=True)
         self._db = Rdict(str(path), options=_options())
-        self.watermark = self._read_int(WATERMARK_KEY, _I64, NO_WATERMARK)
+        progress = self._db.get(PROGRESS_KEY)
+        self.watermark, self.request_offset = (
+            _PROGRESS.unpack(progress) if progress is not None else (NO_WATERMARK, NO_OFFSET)
+        )
         self.pending = self._read_int(PENDING_KEY, _U64, 0)
         offset = self._read_int(OFFSET_KEY, _I64, -1)
         self.persisted_offset: int | None = None if offset < 0 else offset
@@ -150,7 +164,7 @@ class PartitionTimers:
         """
         batch = WriteBatch(raw_mode=True)
         delta = 0
-        watermark = self.watermark
+        watermark, request_offset = self.watermark, self.request_offset
         # Whether each timer key exists once the records so far are applied: the
         # batch is not readable before it is written, and a replay batch may put
         # and delete (or put twice) the same key.
@@ -171,17 +185,19 @@ class PartitionTimers:
                 else:
                     batch.put(key, value)
                     batch.put(index_key, _U64.pack(due_ms))
-            elif key == WATERMARK_KEY and value is not None:
-                watermark = max(watermark, int(_I64.unpack(value)[0]))
+            elif key == PROGRESS_KEY and value is not None:
+                record_watermark, record_offset = _PROGRESS.unpack(value)
+                watermark = max(watermark, record_watermark)
+                request_offset = max(request_offset, record_offset)
         if pending_delta is not None:
             delta = pending_delta
         pending = max(self.pending + delta, 0)
         batch.put(PENDING_KEY, _U64.pack(pending))
-        batch.put(WATERMARK_KEY, _I64.pack(watermark))
+        batch.put(PROGRESS_KEY, _PROGRESS.pack(watermark, request_offset))
         if offset is not None:
             batch.put(OFFSET_KEY, _I64.pack(offset))
         self._db.write(batch)
-        self.pending, self.watermark = pending, watermark
+        self.pending, self.watermark, self.request_offset = pending, watermark, request_offset
         if offset is not None:
             self.persisted_offset = offset
 

@@ -24,12 +24,13 @@ log = logging.getLogger("futures.worker")
 
 def build(config: WorkerConfig, partitions: int) -> tuple[faust.App, TimerEngine]:
     timers = create_app(config, partitions)
+    store = timers.store
     metrics = WorkerMetrics()
-    metrics.watch_tables(timers.store.open_partitions)
+    metrics.watch_tables(store.open_partitions)
     writer = KafkaWriter.connect(config.common.kafka)
-    engine = TimerEngine(config, timers.store.partition, writer, metrics)
+    engine = TimerEngine(config, store.partition, writer, metrics, owns=store.owns, lock=store.lock)
     register_agents(timers.app, engine, config)
-    register_views(timers.app, metrics, timers.store)
+    register_views(timers.app, metrics, store)
 
     # mode types receivers with a positional-only sender that no def can spell.
     @timers.app.on_before_shutdown.connect  # type: ignore[arg-type]

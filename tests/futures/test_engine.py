@@ -19,7 +19,7 @@ from futures.engine import TimerEngine
 from futures.kafka import KafkaWriter
 from futures.metrics import WorkerMetrics
 from futures.records import SourceRecord
-from futures.table import WATERMARK_KEY, PartitionTimers
+from futures.table import PROGRESS_KEY, PartitionTimers, progress_record
 from ktimers.config import BrokerProfile, CommonConfig, KafkaConfig
 from ktimers.errors import DeliveryError
 from ktimers.wire import Cancel, Future, Header, Tick, TimerEvent, encode_second_key
@@ -42,8 +42,15 @@ class Rig:
         self.metrics = WorkerMetrics()
         self.tables: dict[int, PartitionTimers] = {}
         self._offsets: dict[tuple[str, int], int] = defaultdict(int)
+        #: Partitions this worker is assigned (a rebalance changes it).
+        self.owned = {0, 1, 2, 3}
         self.engine = TimerEngine(
-            config, self.table, KafkaWriter(self.producer), self.metrics, clock=lambda: self.now
+            config,
+            self.table,
+            KafkaWriter(self.producer),
+            self.metrics,
+            clock=lambda: self.now,
+            owns=lambda partition: partition in self.owned,
         )
 
     def table(self, partition: int) -> PartitionTimers:
@@ -104,6 +111,10 @@ class Rig:
     def cancel(self, timer_id: str, partition: int = 0) -> SourceRecord:
         value = Cancel(id=timer_id).SerializeToString()
         return self._record(self.topics.request, partition, None, value, (("kt-kind", b"cancel"),))
+
+    def last_offset(self, topic: str, partition: int) -> int:
+        """Offset of the last record made for ``topic`` and ``partition`` (-1 if none)."""
+        return self._offsets[(topic, partition)] - 1
 
     def tick_record(self, second: int, partition: int = 0, source: str = "osc-a") -> SourceRecord:
         value = Tick(second=second, source=source, emitted_ms=second * 1000).SerializeToString()
@@ -173,6 +184,35 @@ def rig(make_rig: MakeRig) -> Rig:
 
 
 # -- firing on ticks ----------------------------------------------------------
+
+
+def test_a_request_read_again_after_a_restart_does_not_fire_again(rig):
+    first = rig.request("once", T_MS - 500)
+    rig.ingest(first)
+    rig.tick(T)
+    assert rig.fired() == ["once"]
+    # A restarted (or new) owner resumes from an older committed consumer offset.
+    rig.ingest(first, rig.request("new", T_MS - 400))
+    rig.tick(T + 1)
+    assert rig.fired() == ["once", "new"]
+    assert rig.metrics.requests_skipped._value.get() == 1
+    # The applied offset travels in the changelog, so a rebuilt table skips it too.
+    rebuilt = PartitionTimers(rig.directory / "rebuilt.db")
+    rebuilt.apply([(s.key, s.value) for s in rig.changelog(0)], offset=None)
+    assert rebuilt.request_offset == rig.table(0).request_offset == first.offset + 1
+    rebuilt.close()
+
+
+def test_records_of_a_revoked_partition_are_left_to_its_new_owner(rig):
+    rig.ingest(rig.request("mine", T_MS, partition=0), rig.request("theirs", T_MS, partition=1))
+    written_for_1 = len(rig.changelog(1))
+    rig.owned = {0}  # a rebalance moved partition 1 to another worker
+    rig.ingest(rig.request("buffered-theirs", T_MS + 10, partition=1))
+    rig.tick(T, partitions=(0, 1))
+
+    assert rig.fired() == ["mine"]  # partition 1's timers fire at its new owner, not here
+    assert len(rig.changelog(1)) == written_for_1  # and its changelog is the new owner's to write
+    assert rig.pending_ids(1) == ["theirs"]
 
 
 def test_tick_fires_exactly_the_timers_due_by_its_second(rig):
@@ -316,7 +356,7 @@ def test_request_due_by_the_watermark_fires_on_arrival(rig):
     assert rig.fired() == ["on-watermark", "hours-late"]
     assert rig.pending_ids() == ["just-after"]
     assert rig.table(0).due_of("on-watermark") is None
-    stored = {s.key for s in rig.changelog() if s.value is not None and s.key != WATERMARK_KEY}
+    stored = {s.key for s in rig.changelog() if s.value is not None and s.key != PROGRESS_KEY}
     assert len(stored) == 1
 
     rig.tick(T + 1)
@@ -561,19 +601,19 @@ def _busy_history(rig: Rig) -> None:
     rig.tick(T + 5, partitions=(0, 1))
 
 
-def test_every_changelog_write_ends_with_the_partitions_watermark(rig):
+def test_every_changelog_write_ends_with_the_partitions_progress(rig):
     _busy_history(rig)
     by_flush: dict[tuple[int, int], list[Sent]] = defaultdict(list)
     for partition in (0, 1):
         records = rig.changelog(partition)
-        assert records[-1].key == WATERMARK_KEY
-        assert records[-1].value == (T + 5).to_bytes(8, "big", signed=True)
+        last_request_offset = rig.last_offset(rig.topics.request, partition)
+        assert (records[-1].key, records[-1].value) == progress_record(T + 5, last_request_offset)
         for s in records:
             by_flush[(s.flush_no, partition)].append(s)
     assert len(by_flush) > 6
     for (_, partition), records in by_flush.items():
-        assert records[-1].key == WATERMARK_KEY, partition
-        assert all(s.key != WATERMARK_KEY for s in records[:-1])
+        assert records[-1].key == PROGRESS_KEY, partition
+        assert all(s.key != PROGRESS_KEY for s in records[:-1])
 
 
 def test_embedded_profile_flushes_the_changelog_tail_on_its_own(make_rig):
@@ -584,7 +624,7 @@ def test_embedded_profile_flushes_the_changelog_tail_on_its_own(make_rig):
         by_flush[s.flush_no].append(s)
     writes = 0
     for flush_no, records in by_flush.items():
-        tails = [s for s in records if s.key == WATERMARK_KEY]
+        tails = [s for s in records if s.key == PROGRESS_KEY]
         if tails:
             # A tail batch holds nothing but tails, at most one per partition.
             assert tails == records
@@ -592,7 +632,7 @@ def test_embedded_profile_flushes_the_changelog_tail_on_its_own(make_rig):
         else:
             # A write's records are followed, in the next flush, by their partitions' tails.
             writes += 1
-            tail_partitions = {s.partition for s in by_flush[flush_no + 1] if s.key == WATERMARK_KEY}
+            tail_partitions = {s.partition for s in by_flush[flush_no + 1] if s.key == PROGRESS_KEY}
             assert {s.partition for s in records} <= tail_partitions
     assert writes >= 5
 

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from futures.table import PartitionTimers, Record, table_key, watermark_record
+from futures.table import PartitionTimers, Record, progress_record, table_key
 
 T = 1_795_000_000  # an epoch second in 2026
 T_MS = T * 1000
@@ -42,16 +42,16 @@ HISTORY: list[tuple[list[Record], int]] = [
             put(T_MS + 2000, "b"),
             put(T_MS + 9000, "c"),
             put(T_MS + 4000, "d"),
-            watermark_record(T),
+            progress_record(T, -1),
         ],
         4,
     ),
-    ([tomb(T_MS + 2000, "b"), put(T_MS + 7000, "b"), watermark_record(T)], 0),
-    ([tomb(T_MS + 9000, "c"), put(T_MS + 1500, "c"), watermark_record(T)], 0),
-    ([tomb(T_MS + 4000, "d"), watermark_record(T)], -1),
-    ([tomb(T_MS + 1000, "a"), tomb(T_MS + 1500, "c"), watermark_record(T + 2)], -2),
-    ([put(T_MS + 3000, "e"), watermark_record(T + 2)], 1),
-    ([put(T_MS + 3000, "e", b"e-v2"), watermark_record(T + 5)], 0),
+    ([tomb(T_MS + 2000, "b"), put(T_MS + 7000, "b"), progress_record(T, -1)], 0),
+    ([tomb(T_MS + 9000, "c"), put(T_MS + 1500, "c"), progress_record(T, -1)], 0),
+    ([tomb(T_MS + 4000, "d"), progress_record(T, -1)], -1),
+    ([tomb(T_MS + 1000, "a"), tomb(T_MS + 1500, "c"), progress_record(T + 2, -1)], -2),
+    ([put(T_MS + 3000, "e"), progress_record(T + 2, -1)], 1),
+    ([put(T_MS + 3000, "e", b"e-v2"), progress_record(T + 5, -1)], 0),
 ]
 EXPECTED_PENDING = [(T_MS + 3000, "e", b"e-v2"), (T_MS + 7000, "b", f"b@{T_MS + 7000}".encode())]
 
@@ -129,13 +129,13 @@ def test_due_by_orders_same_due_time_by_id_and_skips_fired_seconds(table):
     assert [d.timer_id for d in table.due_by(T_MS + 1000, 10)] == ["a", "b"]
     # Firing second T+1 deletes its timers and moves the watermark; the next scan
     # sees only what is left.
-    table.apply([tomb(T_MS + 1000, "a"), tomb(T_MS + 1000, "b"), watermark_record(T + 1)], 1, -2)
+    table.apply([tomb(T_MS + 1000, "a"), tomb(T_MS + 1000, "b"), progress_record(T + 1, -1)], 1, -2)
     assert [d.timer_id for d in table.due_by(T_MS + 2000, 10)] == ["c"]
 
 
 def test_watermark_never_moves_backwards(table):
-    table.apply([watermark_record(T + 10)], offset=0)
-    table.apply([watermark_record(T + 3)], offset=1)
+    table.apply([progress_record(T + 10, -1)], offset=0)
+    table.apply([progress_record(T + 3, -1)], offset=1)
     assert table.watermark == T + 10
 
 
@@ -183,7 +183,7 @@ def test_state_survives_close_and_reopen(tmp_path):
         assert reopened.due_of("b") == T_MS + 7000
         assert reopened.due_of("a") is None
         # A write without an offset keeps the recorded one.
-        reopened.apply([watermark_record(T + 6)], offset=None)
+        reopened.apply([progress_record(T + 6, -1)], offset=None)
         assert reopened.persisted_offset == len(HISTORY) - 1
         reopened.set_persisted_offset(42)
     finally:

@@ -32,6 +32,8 @@ class Callback:
     value: bytes | None
     headers: list[tuple[str, bytes | None]]
     received_ms: int
+    partition: int = -1
+    offset: int = -1
 
     @property
     def timer_id(self) -> str:
@@ -84,7 +86,14 @@ class TopicReader:
 
     @staticmethod
     def _callback(msg: Message) -> Callback:
-        return Callback(msg.key(), msg.value(), list(msg.headers() or []), time.time_ns() // 1_000_000)
+        return Callback(
+            msg.key(),
+            msg.value(),
+            list(msg.headers() or []),
+            time.time_ns() // 1_000_000,
+            msg.partition() or 0,
+            msg.offset() or 0,
+        )
 
     def close(self) -> None:
         self._consumer.close()

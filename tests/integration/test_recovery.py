@@ -16,11 +16,11 @@ pytestmark = pytest.mark.integration
 
 def test_sigkill_during_a_burst_loses_nothing(running: Stack) -> None:
     reader = running.callback_topic("crash")
-    n = 8000
-    # A dense burst (thousands per tick), killed as soon as its first callbacks
-    # arrive: the worker dies between producing callbacks and committing their
-    # deletion — the window where at-least-once shows.
-    due = schedule_spread(running, reader.topic, n, start_s=4.0, span_s=1.5)
+    n = 20_000
+    # A hot second (dispatch takes a few hundred ms), killed as soon as its first
+    # callbacks arrive: the worker dies between producing callbacks and committing
+    # their deletion — the window where at-least-once shows.
+    due = schedule_spread(running, reader.topic, n, start_s=8.0, span_s=0.5)
     running.wait_for_metric("timers_pending", lambda v: v == n, timeout_s=30)
     reader.read_until(lambda r: len(r) >= 1, timeout_s=30)
     assert running.worker is not None
