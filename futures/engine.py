@@ -133,12 +133,12 @@ class TimerEngine:
             changes: dict[int, _Changes] = defaultdict(_Changes)
             fire_now: list[tuple[int, StoredTimer]] = []
             for record in records:
-                part = changes[record.partition]
                 if record.offset <= self._tables(record.partition).request_offset:
                     # Applied before a restart or rebalance, read again from an
                     # older committed offset: applying it twice could fire twice.
                     self.metrics.requests_skipped.inc()
                     continue
+                part = changes[record.partition]
                 part.request_offset = record.offset
                 request = parse_request(record, self.config, now)
                 if isinstance(request, Rejection):
@@ -252,7 +252,7 @@ class TimerEngine:
         """Apply a batch of ticks: fire what is due in each partition whose clock moved."""
         latest: dict[int, int] = {}
         received: dict[int, int] = defaultdict(int)
-        for record in ticks:
+        for record in self._owned(ticks):
             second = tick_second(record)
             if second is None:
                 self.metrics.ticks.labels("invalid").inc()
@@ -266,8 +266,6 @@ class TimerEngine:
         async with self._lock:
             changes: dict[int, _Changes] = {}
             for partition, second in sorted(latest.items()):
-                if not self._owns(partition):
-                    continue
                 target = self._trusted_second(partition, second)
                 if target is None:
                     continue
@@ -435,7 +433,7 @@ class TimerEngine:
             callback_topic=callback_topic,
         )
         self._writer.produce(
-            self._topics.events, timer_id.encode(), event.SerializeToString(), deliveries=self._side, index=0
+            self._topics.events, timer_id.encode(), event.SerializeToString(), deliveries=self._side
         )
 
     def _reject(self, record: SourceRecord, reason: str, detail: str, timer_id: str) -> None:

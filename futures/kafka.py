@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import functools
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -47,24 +47,27 @@ class ProducerLike(Protocol):
 
 @dataclass
 class Deliveries:
-    """Delivery reports of one group of records, by the index given at produce time."""
+    """Delivery reports of one group of records, by index: given at produce time, or the next free one."""
 
     errors: dict[int, KafkaError] = field(default_factory=dict)
     offsets: dict[int, int] = field(default_factory=dict)  # partition -> highest offset
-    delivered: int = 0
+    _next_index: int = 0
+
+    def next_index(self) -> int:
+        index, self._next_index = self._next_index, self._next_index + 1
+        return index
 
     def report(self, index: int, err: KafkaError | None, msg: Message | None) -> None:
         if err is not None or msg is None:
             self.errors[index] = err or KafkaError(KafkaError._FAIL)
             return
-        self.delivered += 1
         partition, offset = msg.partition(), msg.offset()
         if partition is not None and offset is not None and offset > self.offsets.get(partition, -1):
             self.offsets[partition] = offset
 
     def raise_first(self, what: str) -> None:
         if self.errors:
-            index, err = next(iter(self.errors.items()))
+            err = next(iter(self.errors.values()))
             raise DeliveryError(f"{len(self.errors)} {what} record(s) not delivered, first: {err.str()}")
 
 
@@ -117,13 +120,17 @@ class KafkaWriter:
         headers: KafkaHeaders | None = None,
         partition: int | None = None,
         deliveries: Deliveries | None = None,
-        index: int = 0,
+        index: int | None = None,
     ) -> None:
+        """Queue one record; with ``deliveries``, its report lands there under ``index``
+        (the next free index when not given)."""
         kwargs: dict[str, object] = {"key": key, "headers": list(headers) if headers else None}
         if partition is not None:
             kwargs["partition"] = partition
+        report = None
         if deliveries is not None:
-            kwargs["on_delivery"] = functools.partial(deliveries.report, index)
+            report = functools.partial(deliveries.report, deliveries.next_index() if index is None else index)
+            kwargs["on_delivery"] = report
         while True:
             try:
                 self._producer.produce(topic, value, **kwargs)  # type: ignore[arg-type]
@@ -134,16 +141,10 @@ class KafkaWriter:
             except KafkaException as exc:
                 # Refused before it was queued (e.g. larger than message.max.bytes):
                 # a delivery failure of this record, not of the whole batch.
-                if deliveries is None:
+                if report is None:
                     raise
-                deliveries.report(index, exc.args[0], None)
+                report(exc.args[0], None)
                 return
-
-    def produce_many(
-        self, topic: str, rows: Sequence[tuple[bytes | None, bytes | None, KafkaHeaders | None]]
-    ) -> None:
-        for key, value, headers in rows:
-            self.produce(topic, key, value, headers=headers)
 
     async def flush(self) -> None:
         """Wait, off the event loop, until every produced record has its delivery report."""
