@@ -57,8 +57,9 @@ def create_app(config: WorkerConfig, partitions: int) -> TimersApp:
     app = faust.App(
         config.app_id,
         broker=_broker_url(kafka),
-        # See futures/transport.py: only the embedded broker needs it.
-        broker_consumer=_broker_url(kafka, "tansu" if profile.short_fetch_wait else "kafka"),
+        # See futures/transport.py: resume from the table's progress; a short
+        # fetch wait on the embedded broker only.
+        broker_consumer=_broker_url(kafka, "tansu" if profile.short_fetch_wait else "timers"),
         broker_credentials=_credentials(kafka),
         # Faust defaults datadir to "<id>-data" in the working directory; keep it all in one place.
         datadir=str(config.data_dir),
@@ -92,4 +93,6 @@ def create_app(config: WorkerConfig, partitions: int) -> TimersApp:
         recovery_buffer_size=10_000,
         help="Pending timers by due time (see futures/table.py)",
     )
-    return TimersApp(app=app, table=table)
+    timers = TimersApp(app=app, table=table)
+    timers.store.request_topic = config.common.topics.request
+    return timers

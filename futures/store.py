@@ -33,6 +33,8 @@ class TimerStore(SerializedStore):
         super().__init__(url, app, table, **kwargs)
         self._partitions: dict[int, PartitionTimers] = {}
         self._owned: set[int] = set()
+        #: The `timer-request` topic (its progress is ``PartitionTimers.request_offset``).
+        self.request_topic = ""
         #: True once the assigned partitions are recovered; False during a rebalance.
         self.ready = False
         #: Held by the engine while it mutates tables; a rebalance takes it before
@@ -54,7 +56,34 @@ class TimerStore(SerializedStore):
         return timers
 
     def open_partitions(self) -> dict[int, PartitionTimers]:
-        return dict(self._partitions)
+        """The tables of the partitions assigned here.
+
+        Faust also asks for the persisted offset of partitions it does not
+        assign us, which opens their tables: those are stale and not ours to
+        report (readiness, the pending-timers gauge).
+        """
+        return {p: t for p, t in self._partitions.items() if p in self._owned}
+
+    def resume_positions(self, assignment: set[TP]) -> dict[TP, int]:
+        """Where to read each assigned ingress partition from: just past the last applied record.
+
+        ``request_topic`` is set by :func:`futures.app.create_app`; other
+        ingress topics are known from the progress records they left.
+        """
+        positions: dict[TP, int] = {}
+        for tp in assignment:
+            if tp.partition not in self._owned:
+                continue
+            table = self.partition(tp.partition)
+            if tp.topic == self.request_topic:
+                last = table.request_offset
+            elif tp.topic in table.topic_offsets:
+                last = table.topic_offsets[tp.topic]
+            else:
+                continue
+            if last >= 0:
+                positions[tp] = last + 1
+        return positions
 
     def owns(self, partition: int) -> bool:
         """Whether this worker is assigned ``partition`` now (records of others are not ours to apply)."""
@@ -96,13 +125,14 @@ class TimerStore(SerializedStore):
         changelog = self.table.changelog_topic.topics
         async with self.lock:
             self._owned = {tp.partition for tp in assigned if tp.topic in changelog}
-            for tp in revoked:
-                if tp.topic in changelog and tp.partition in self._partitions:
-                    log.info("closing timer table of partition %d", tp.partition)
-                    self._partitions.pop(tp.partition).close()
-            for tp in newly_assigned:
-                if tp.topic in changelog:
-                    self.partition(tp.partition)
+            # Close what went elsewhere (also tables Faust opened only to read
+            # their persisted offset); a partition revoked and handed straight
+            # back, as the eager protocol does, stays open.
+            for partition in set(self._partitions) - self._owned:
+                log.info("closing timer table of partition %d", partition)
+                self._partitions.pop(partition).close()
+            for partition in self._owned:
+                self.partition(partition)
 
     async def on_recovery_completed(self, active_tps: set[TP], standby_tps: set[TP]) -> None:
         parts = sorted(tp.partition for tp in active_tps)
@@ -124,9 +154,13 @@ class TimerStore(SerializedStore):
         self._partitions.clear()
 
     async def stop(self) -> None:
-        for timers in self._partitions.values():
-            timers.close()
-        self._partitions.clear()
+        # Faust stops tables before agents: wait for the engine step in progress,
+        # and own nothing afterwards, so no later step touches a closed table.
+        async with self.lock:
+            self._owned = set()
+            for timers in self._partitions.values():
+                timers.close()
+            self._partitions.clear()
         await super().stop()
 
     # -- the generic mapping interface (tools, web views): decoded timer keys --
