@@ -1,0 +1,75 @@
+# One image for every component of kafka-timers; the container's command picks the component:
+#   timers-oscillator            the tick service
+#   timers-worker                the futures worker (Faust; RocksDB under TIMERS_DATA_DIR)
+#   timers topics create|check   topic setup (the Helm chart's pre-install Job)
+#   timers schedule|cancel|watch the CLI
+# The Spark jobs (timers-compact, timers-replay) need Java: build them with `--target jobs`.
+#
+#   docker build -t kafka-timers:0.1.0 .                      # services (the last stage)
+#   docker build -t kafka-timers:0.1.0-jobs --target jobs .   # + Java 17 and the Spark extra
+#
+# Python dependencies are installed with -c constraints.txt, the same pins CI tests with.
+
+# Bookworm, not the moving "slim" tag: openjdk-17-jre-headless (the jobs stage) is a bookworm package.
+ARG PYTHON_IMAGE=python:3.11-slim-bookworm
+# The chart runs the containers as this user (podSecurityContext in helm/kafka-timers/values.yaml).
+ARG APP_UID=10001
+
+FROM ${PYTHON_IMAGE} AS base
+ARG APP_UID
+ENV PYTHONUNBUFFERED=1 \
+    PYTHONDONTWRITEBYTECODE=1 \
+    PIP_NO_CACHE_DIR=1 \
+    PIP_DISABLE_PIP_VERSION_CHECK=1 \
+    VIRTUAL_ENV=/opt/kafka-timers \
+    PATH=/opt/kafka-timers/bin:$PATH \
+    TIMERS_DATA_DIR=/var/lib/kafka-timers/data
+RUN groupadd --system --gid "${APP_UID}" timers \
+ && useradd --system --uid "${APP_UID}" --gid timers --home-dir /var/lib/kafka-timers \
+        --no-create-home --shell /usr/sbin/nologin timers \
+ && mkdir -p /var/lib/kafka-timers/data \
+ && chown -R timers:timers /var/lib/kafka-timers
+
+# Build our wheel, then install it and its pinned dependencies from wheels only: the slim
+# image has no compiler, and a dependency that would need one should fail here, loudly.
+FROM base AS build
+WORKDIR /src
+RUN python -m venv /opt/kafka-timers
+COPY pyproject.toml constraints.txt README.md ./
+COPY ktimers ktimers
+COPY oscillator oscillator
+COPY futures futures
+RUN pip wheel --no-deps --wheel-dir /wheels . \
+ && pip install --only-binary=:all: -c constraints.txt /wheels/kafka_timers-*.whl
+
+# The Spark jobs' extra on top (pyspark is large, so the service image goes without it). pyspark is
+# published as a source archive only; it is pure Python and builds without a compiler.
+FROM build AS build-jobs
+RUN pip install --only-binary=:all: --no-binary=pyspark -c constraints.txt \
+        "$(ls /wheels/kafka_timers-*.whl)[jobs]"
+
+FROM base AS jobs
+ARG APP_UID
+# Debian's man pages are stripped from slim images; the JRE's postinst still expects the directory.
+# Versions are not pinned: bookworm-security moves them, and an old pin would stop the build.
+# hadolint ignore=DL3008
+RUN mkdir -p /usr/share/man/man1 \
+ && apt-get update \
+ && apt-get install -y --no-install-recommends openjdk-17-jre-headless \
+ && rm -rf /var/lib/apt/lists/*
+COPY --from=build-jobs /opt/kafka-timers /opt/kafka-timers
+# Spark's Python workers must run the interpreter that has the project installed.
+ENV PYSPARK_PYTHON=/opt/kafka-timers/bin/python
+WORKDIR /var/lib/kafka-timers
+USER ${APP_UID}:${APP_UID}
+CMD ["timers-compact", "--help"]
+
+# Last stage, so a plain `docker build .` gives the services image.
+FROM base AS service
+ARG APP_UID
+COPY --from=build /opt/kafka-timers /opt/kafka-timers
+WORKDIR /var/lib/kafka-timers
+USER ${APP_UID}:${APP_UID}
+# 6066: worker /metrics /healthz /readyz; 8090: oscillator /healthz /metrics.
+EXPOSE 6066 8090
+CMD ["timers", "--help"]

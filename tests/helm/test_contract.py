@@ -1,0 +1,90 @@
+"""The chart and the code agree: the environment it sets is what each component accepts, the
+commands it runs exist, and nothing turns on the embedded-broker workarounds in a cluster."""
+
+from __future__ import annotations
+
+import tomllib
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from futures.config import LatePolicy, WorkerConfig
+from ktimers.config import BrokerProfile, CommonConfig
+from oscillator.config import OscillatorConfig
+from tests.helm.conftest import REPO, VALUE_SETS, Rendered, RenderFn, containers
+
+CONSOLE_SCRIPTS = set(tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["scripts"])
+WORKLOAD_KINDS = {"Deployment", "StatefulSet", "Job", "CronJob", "Pod"}
+
+
+def container_env(rendered: Rendered, container: dict[str, Any]) -> dict[str, str]:
+    """The environment a container starts with, as the kubelet would build it (Secrets stubbed)."""
+    env: dict[str, str] = {}
+    for source in container.get("envFrom", []):
+        env.update(rendered.one("ConfigMap", source["configMapRef"]["name"])["data"])
+    for item in container.get("env", []):
+        env[item["name"]] = item.get("value", f"<{item['name']} from the API>")
+    return env
+
+
+@pytest.mark.parametrize("value_set", sorted(VALUE_SETS))
+def test_components_accept_the_environment_the_chart_gives_them(render: RenderFn, value_set: str) -> None:
+    rendered = render(VALUE_SETS[value_set])
+    (osc,) = containers(rendered.one("Deployment", "-oscillator"))
+    osc_config = OscillatorConfig.from_env(container_env(rendered, osc))
+    assert osc_config.health_host == "0.0.0.0"  # noqa: S104 - probes come from outside the pod
+    assert osc_config.health_port == osc["ports"][0]["containerPort"]
+
+    (worker,) = containers(rendered.one("StatefulSet", "-worker"))
+    config = WorkerConfig.from_env(container_env(rendered, worker))
+    assert config.web_host == "0.0.0.0"  # noqa: S104
+    assert config.web_port == worker["ports"][0]["containerPort"]
+    assert config.data_dir == Path("/var/lib/kafka-timers/data")
+
+    (topics,) = containers(rendered.one("Job", "-topics"))
+    assert CommonConfig.from_env(container_env(rendered, topics)) == config.common
+
+
+def test_values_reach_the_worker_exactly(render: RenderFn) -> None:
+    rendered = render(VALUE_SETS["production"])
+    (worker,) = containers(rendered.one("StatefulSet", "-worker"))
+    config = WorkerConfig.from_env(container_env(rendered, worker))
+    # Large numbers survive Helm's float64 values (1e+06 would not parse as an integer).
+    assert config.max_payload_bytes == 5_000_000
+    assert config.max_due_ahead_s == 31_536_000
+    assert config.late_policy is LatePolicy.DLQ
+    assert config.common.topics.partitions == 24
+    assert [(name, fmt.value) for name, fmt in config.common.topics.ingress] == [("schedules", "etf1")]
+    assert config.admin_token is not None  # read from the Secret (stubbed here)
+    # The topic Job creates and checks the ingress topic along with the others.
+    (topics,) = containers(rendered.one("Job", "-topics"))
+    assert CommonConfig.from_env(container_env(rendered, topics)).topics == config.common.topics
+    kafka = config.common.kafka
+    assert kafka.security_protocol == "SASL_SSL"
+    assert kafka.sasl_mechanism == "SCRAM-SHA-512"
+    assert kafka.bootstrap_servers.count(",") == 2
+
+
+def test_cluster_profile_everywhere(render: RenderFn) -> None:
+    """The embedded-broker workarounds (short sessions, replication 1) must never reach a cluster."""
+    for value_set in VALUE_SETS.values():
+        rendered = render(value_set)
+        for m in rendered.manifests:
+            assert "TIMERS_BROKER_PROFILE" not in str(m.obj), f"{m.kind} {m.name}"
+            if m.kind in WORKLOAD_KINDS:
+                for c in containers(m.obj):
+                    env = container_env(rendered, c)
+                    if "KAFKA_BOOTSTRAP_SERVERS" in env:
+                        assert CommonConfig.from_env(env).kafka.profile is BrokerProfile.CLUSTER
+
+
+def test_every_command_is_an_installed_entry_point(render: RenderFn) -> None:
+    commands: set[str] = set()
+    for value_set in VALUE_SETS.values():
+        for m in render(value_set).manifests:
+            if m.kind in WORKLOAD_KINDS:
+                commands.update(c["command"][0] for c in containers(m.obj))
+    # python: the helm test pod runs the chart's script with the image's interpreter.
+    assert commands - {"python"} <= CONSOLE_SCRIPTS
+    assert {"timers-oscillator", "timers-worker", "timers", "timers-compact", "timers-replay"} <= commands

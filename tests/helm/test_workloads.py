@@ -1,0 +1,213 @@
+"""What a platform team relies on: redundancy, durable worker state, safe secrets, restarts on change."""
+
+from __future__ import annotations
+
+import base64
+from pathlib import PurePosixPath
+from typing import Any
+
+import helm_python
+import pytest
+
+from futures.jobs.compact import default_out
+from tests.helm.conftest import COMPACTION, INLINE_SASL, PRODUCTION, RenderFn, containers, pod_spec
+
+
+def _selects(selector: dict[str, Any], labels: dict[str, str]) -> bool:
+    return all(labels.get(k) == v for k, v in selector["matchLabels"].items())
+
+
+def test_oscillators_are_redundant_spread_and_protected(render: RenderFn) -> None:
+    rendered = render({})
+    osc = rendered.one("Deployment", "-oscillator")
+    labels = osc["spec"]["template"]["metadata"]["labels"]
+    assert osc["spec"]["replicas"] >= 2
+    # A rollout adds a ticking oscillator before it removes one.
+    assert osc["spec"]["strategy"]["rollingUpdate"]["maxUnavailable"] == 0
+    terms = pod_spec(osc)["affinity"]["podAntiAffinity"]["preferredDuringSchedulingIgnoredDuringExecution"]
+    term = terms[0]["podAffinityTerm"]
+    assert term["topologyKey"] == "kubernetes.io/hostname"
+    assert _selects(term["labelSelector"], labels)
+    pdb = rendered.one("PodDisruptionBudget", "-oscillator")
+    assert _selects(pdb["spec"]["selector"], labels)
+    assert pdb["spec"]["maxUnavailable"] < osc["spec"]["replicas"]
+    probes = containers(osc)[0]
+    assert probes["livenessProbe"]["httpGet"]["path"] == "/healthz"
+    assert probes["readinessProbe"]["httpGet"]["path"] == "/healthz"
+
+
+def test_hard_anti_affinity_and_zone_spread_are_rules(render: RenderFn) -> None:
+    osc = render(PRODUCTION).one("Deployment", "-oscillator")
+    spec = pod_spec(osc)
+    assert "requiredDuringSchedulingIgnoredDuringExecution" in spec["affinity"]["podAntiAffinity"]
+    (spread,) = spec["topologySpreadConstraints"]
+    assert spread["topologyKey"] == "topology.kubernetes.io/zone"
+    assert spread["whenUnsatisfiable"] == "DoNotSchedule"
+
+
+def test_worker_keeps_rocksdb_on_its_own_volume(render: RenderFn) -> None:
+    rendered = render({})
+    sts = rendered.one("StatefulSet", "-worker")
+    (claim,) = sts["spec"]["volumeClaimTemplates"]
+    assert claim["spec"]["resources"]["requests"]["storage"] == "10Gi"
+    (worker,) = containers(sts)
+    data_dir = rendered.one("ConfigMap", "-worker")["data"]["TIMERS_DATA_DIR"]
+    mount = next(m for m in worker["volumeMounts"] if m["name"] == claim["metadata"]["name"])
+    assert data_dir.startswith(mount["mountPath"].rstrip("/") + "/")
+    # SIGTERM flushes and commits; the kubelet must wait for it.
+    assert pod_spec(sts)["terminationGracePeriodSeconds"] >= 30
+    headless = rendered.one("Service", "-worker")
+    assert headless["spec"]["clusterIP"] == "None"
+    assert sts["spec"]["serviceName"] == headless["metadata"]["name"]
+    pdb = rendered.one("PodDisruptionBudget", "-worker")
+    assert _selects(pdb["spec"]["selector"], sts["spec"]["template"]["metadata"]["labels"])
+    assert worker["readinessProbe"]["httpGet"]["path"] == "/readyz"
+    assert worker["livenessProbe"]["httpGet"]["path"] == "/healthz"
+
+
+def test_probes_and_metrics_use_the_ports_the_services_listen_on(render: RenderFn) -> None:
+    rendered = render({"oscillator": {"port": 9100}, "worker": {"port": 7070}})
+    for kind, suffix, env_key in (
+        ("Deployment", "-oscillator", "TIMERS_OSC_HEALTH_PORT"),
+        ("StatefulSet", "-worker", "TIMERS_WEB_PORT"),
+    ):
+        workload = rendered.one(kind, suffix)
+        listen = int(rendered.one("ConfigMap", suffix)["data"][env_key])
+        (port,) = containers(workload)[0]["ports"]
+        assert port["containerPort"] == listen
+        assert workload["spec"]["template"]["metadata"]["annotations"]["prometheus.io/port"] == str(listen)
+        assert rendered.one("Service", suffix)["spec"]["ports"][0]["targetPort"] == port["name"]
+
+
+def test_no_secret_value_outside_secrets(render: RenderFn) -> None:
+    password = INLINE_SASL["kafka"]["sasl"]["password"]
+    rendered = render(COMPACTION)  # inline SASL credentials, and every optional workload
+    for m in rendered.manifests:
+        if m.kind == "Secret":
+            assert base64.b64decode(m.obj["data"]["password"]).decode() == password
+            continue
+        assert password not in str(m.obj), f"{m.kind} {m.name} holds the password"
+    for cm in rendered.of_kind("ConfigMap"):
+        assert not [k for k in cm.obj["data"] if "PASSWORD" in k or "USERNAME" in k], cm.name
+    # Every container that talks to Kafka reads the password from a Secret.
+    refs = []
+    for m in rendered.manifests:
+        if m.kind in {"Deployment", "StatefulSet", "Job", "CronJob", "Pod"}:
+            for c in containers(m.obj):
+                env = {e["name"]: e for e in c.get("env", [])}
+                assert "value" not in env["KAFKA_SASL_PASSWORD"], m.name
+                refs.append(env["KAFKA_SASL_PASSWORD"]["valueFrom"]["secretKeyRef"]["name"])
+    secrets = {m.name for m in rendered.of_kind("Secret")}
+    assert refs and set(refs) <= secrets
+
+
+def test_existing_secret_is_used_as_is(render: RenderFn) -> None:
+    rendered = render(PRODUCTION)
+    assert rendered.of_kind("Secret") == []
+    (worker,) = containers(rendered.one("StatefulSet", "-worker"))
+    env = {e["name"]: e for e in worker["env"]}
+    assert env["KAFKA_SASL_USERNAME"]["valueFrom"]["secretKeyRef"] == {
+        "name": "kafka-timers-credentials",
+        "key": "username",
+    }
+    common = rendered.one("ConfigMap", "-common")["data"]
+    assert common["KAFKA_SECURITY_PROTOCOL"] == "SASL_SSL"
+    assert common["KAFKA_SSL_CA_LOCATION"] == "/etc/kafka-timers/tls/ca.pem"
+
+
+def _checksums(rendered: Any) -> dict[str, dict[str, str]]:
+    out = {}
+    for kind, suffix in (("Deployment", "-oscillator"), ("StatefulSet", "-worker")):
+        annotations = rendered.one(kind, suffix)["spec"]["template"]["metadata"]["annotations"]
+        out[suffix] = {k: v for k, v in annotations.items() if k.startswith("checksum/")}
+    return out
+
+
+def test_pods_restart_when_their_config_or_secret_changes(render: RenderFn) -> None:
+    base = _checksums(render(INLINE_SASL))
+    worker_change = _checksums(render({**INLINE_SASL, "worker": {"latePolicy": "drop"}}))
+    assert worker_change["-worker"]["checksum/config"] != base["-worker"]["checksum/config"]
+    # Only the pods whose config changed roll.
+    assert worker_change["-oscillator"] == base["-oscillator"]
+    common_change = _checksums(render({**INLINE_SASL, "logLevel": "debug"}))
+    assert all(common_change[c]["checksum/config"] != base[c]["checksum/config"] for c in base)
+    rotated = {"kafka": {"sasl": {**INLINE_SASL["kafka"]["sasl"], "password": "rotated"}}}
+    secret_change = _checksums(render(rotated))
+    assert all(secret_change[c]["checksum/secret"] != base[c]["checksum/secret"] for c in base)
+
+
+def test_topic_job_runs_before_install_and_upgrade(render: RenderFn) -> None:
+    rendered = render(INLINE_SASL)
+    job = rendered.one("Job", "-topics")
+    annotations = job["metadata"]["annotations"]
+    assert annotations["helm.sh/hook"] == "pre-install,pre-upgrade"
+    (c,) = containers(job)
+    assert c["command"] == ["timers", "topics", "create", "--partitions", "12"]
+    # Hooks run before the release's ConfigMaps exist: the settings are inline...
+    env = {e["name"]: e for e in c["env"]}
+    assert env["KAFKA_BOOTSTRAP_SERVERS"]["value"] == "kafka:9092"
+    assert "envFrom" not in c
+    # ...and the credentials come from a hook Secret created just before the Job.
+    secret_name = env["KAFKA_SASL_PASSWORD"]["valueFrom"]["secretKeyRef"]["name"]
+    hook_secret = rendered.one("Secret", secret_name)
+    assert hook_secret["metadata"]["annotations"]["helm.sh/hook"] == annotations["helm.sh/hook"]
+    assert int(hook_secret["metadata"]["annotations"]["helm.sh/hook-weight"]) < int(
+        annotations["helm.sh/hook-weight"]
+    )
+    (check,) = containers(render({"topics": {"create": False}}).one("Job", "-topics"))
+    assert check["command"] == ["timers", "topics", "check"]
+
+
+def test_scrape_annotations_give_way_to_the_service_monitor(render: RenderFn) -> None:
+    default = render({}).one("StatefulSet", "-worker")["spec"]["template"]["metadata"]["annotations"]
+    assert default["prometheus.io/scrape"] == "true"
+    production = render(PRODUCTION)
+    annotations = production.one("StatefulSet", "-worker")["spec"]["template"]["metadata"]["annotations"]
+    assert "prometheus.io/scrape" not in annotations
+    monitor = production.one("ServiceMonitor", "")
+    assert monitor["metadata"]["labels"]["release"] == "kube-prometheus-stack"
+    assert monitor["spec"]["endpoints"][0]["port"] == "http"
+
+
+def test_spark_jobs_run_the_jobs_image_with_the_master_from_values(render: RenderFn) -> None:
+    rendered = render(COMPACTION)
+    (compact,) = containers(rendered.one("CronJob", "-compact"))
+    assert compact["image"] == "kafka-timers:0.1.0-jobs"
+    assert compact["command"] == ["timers-compact"]
+    assert compact["args"] == ["--master", "local[4]", "--publish"]
+    (replay,) = containers(next(m.obj for m in rendered.of_kind("Job") if "-replay-" in m.name))
+    assert replay["command"] == ["timers-replay"]
+    assert replay["args"][:2] == ["--master", "local[4]"]
+    # The jobs' default snapshot path, relative to the working directory, is on the snapshot volume.
+    for job in (compact, replay):
+        mounts = {m["name"]: m["mountPath"] for m in job["volumeMounts"]}
+        default = PurePosixPath(job["workingDir"]) / default_out()
+        assert default.is_relative_to(mounts["snapshots"]), (default, mounts)
+
+
+def test_notes_warn_about_idle_workers_and_a_lone_oscillator(render: RenderFn) -> None:
+    assert "WARNING" not in render({}).notes
+    notes = render({"worker": {"replicas": 16}, "oscillator": {"replicas": 1}}).notes
+    assert "16 workers for 12 partitions" in notes
+    assert "4 worker(s) stay idle" in notes
+    assert "a single oscillator" in notes
+
+
+@pytest.mark.parametrize(
+    ("values", "message"),
+    [
+        ({"kafka": {"sasl": {"enabled": True}}}, "kafka.sasl.existingSecret"),
+        ({"tests": {"callbackTopic": "timers-probe"}}, 'starts with "timers-"'),
+    ],
+)
+def test_impossible_settings_fail_with_the_fix(
+    render: RenderFn, values: dict[str, Any], message: str
+) -> None:
+    with pytest.raises(helm_python.HelmRenderError, match=message):
+        render(values)
+
+
+def test_test_topic_joins_a_non_empty_allow_list(render: RenderFn) -> None:
+    data = render(PRODUCTION).one("ConfigMap", "-worker")["data"]
+    assert data["TIMERS_ALLOWED_CALLBACK_TOPICS"] == "orders-*,reminders,kafka-timers-helm-test"
+    assert render({}).one("ConfigMap", "-worker")["data"]["TIMERS_ALLOWED_CALLBACK_TOPICS"] == ""
