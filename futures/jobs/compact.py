@@ -1,0 +1,345 @@
+"""``timers-compact``: the pending set of the request log, as a Parquet snapshot.
+
+Kafka cannot compact `timer-request` (many timers share a key, and a fired
+timer must disappear), so it grows forever. This job reads it (and any extra
+ingress topics) with `timer-events`, keeps the latest version of every timer
+minus those fired, cancelled or rejected (:mod:`futures.jobs.versions`), and
+writes them with a manifest of the offsets covered (:mod:`futures.jobs.snapshot`).
+
+* ``--base SNAPSHOT`` reads only what the log gained since that snapshot, and
+  the snapshot's pending set: the way to compact a log that was truncated.
+* ``--publish TOPIC`` also writes the pending set to a fresh topic (a new
+  generation of `timer-request`, for a new worker group or cluster).
+* ``--truncate`` deletes request records below the compacted offsets, never
+  beyond what the worker group has consumed. Off by default.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+from datetime import UTC, datetime
+
+from confluent_kafka import Consumer, KafkaException, TopicPartition
+from confluent_kafka.admin import AdminClient
+from pyspark import StorageLevel
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
+
+from futures.config import WorkerConfig
+from futures.jobs import snapshot
+from futures.jobs.config import JobConfig
+from futures.jobs.decode import SCHEDULE
+from futures.jobs.errors import JobError, SnapshotError
+from futures.jobs.logs import LogPlan, decode_event_rows, decode_requests, describe, plan_log, read_ranges
+from futures.jobs.offsets import consumer_config
+from futures.jobs.outputs import create_fresh_topic, request_records, write_records
+from futures.jobs.runner import JobParser, add_spark_arguments, run_main, spark_for, step
+from futures.jobs.snapshot import SNAPSHOT_COLUMNS, Manifest
+from futures.jobs.versions import ORIGIN_BASE, PENDING, Counts, classify, count
+
+log = logging.getLogger("futures.jobs.compact")
+
+PROG = "timers-compact"
+
+
+@dataclass(frozen=True)
+class CompactOptions:
+    out: str
+    base: str | None = None
+    publish: str | None = None
+    truncate: bool = False
+    force: bool = False
+    overwrite: bool = False
+    max_records_per_split: int = 0
+
+
+@dataclass
+class Extracted:
+    plan: LogPlan
+    requests: DataFrame  # raw Kafka rows of every request topic
+    events: DataFrame  # raw Kafka rows of `timer-events`
+    base: DataFrame | None = None  # the base snapshot's pending timers
+    base_manifest: Manifest | None = None
+
+
+@dataclass
+class Compaction:
+    classified: DataFrame  # every request row with its status (versions.classify)
+    events: DataFrame  # decoded events
+    pending: DataFrame  # the pending timers, snapshot columns
+
+
+@dataclass(frozen=True)
+class CompactResult:
+    manifest: Manifest
+    counts: Counts
+    seconds: float
+    published: int = 0
+    truncated: tuple[tuple[str, int, int], ...] = ()  # (topic, partition, deleted below offset)
+
+
+# -- extract -----------------------------------------------------------------
+
+
+def extract(spark: SparkSession, config: JobConfig, options: CompactOptions) -> Extracted:
+    """Pin the offsets to read (after the base snapshot's, if any) and open the logs."""
+    common = config.common
+    base_manifest = base = None
+    if options.base:
+        base_manifest, base = snapshot.read(spark, options.base)
+    plan, marks = plan_log(
+        common,
+        base_manifest.request_ends() if base_manifest else None,
+        base_manifest.events_ends() if base_manifest else None,
+    )
+    _check_coverage(plan, marks, base_manifest, config, options.force)
+    split = options.max_records_per_split
+    return Extracted(
+        plan=plan,
+        requests=read_ranges(spark, common, plan.requests, split),
+        events=read_ranges(spark, common, plan.events, split),
+        base=base,
+        base_manifest=base_manifest,
+    )
+
+
+def _check_coverage(
+    plan: LogPlan,
+    marks: dict[str, dict[int, tuple[int, int]]],
+    base: Manifest | None,
+    config: JobConfig,
+    force: bool,
+) -> None:
+    """Refuse to write a snapshot that would silently miss timers (unless ``force``)."""
+    problems = []
+    if base is not None:
+        request_topic = config.common.topics.request
+        if base.request_topic != request_topic:
+            problems.append(f"the base snapshot is of topic {base.request_topic!r}, not {request_topic!r}")
+        problems += snapshot.check_target(base, plan.cluster_id, plan.partitions, "the log", force=True)
+        ends = base.request_ends()
+        for r in plan.requests:
+            covered = ends.get(r.topic, {}).get(r.partition, 0)
+            low = marks[r.topic][r.partition][0]
+            if low > covered:
+                problems.append(
+                    f"{r.topic}[{r.partition}] records {covered}..{low - 1} were deleted "
+                    "after the base snapshot"
+                )
+    else:
+        for r in plan.requests:
+            low = marks[r.topic][r.partition][0]
+            if low > 0:
+                problems.append(
+                    f"{r.topic}[{r.partition}] starts at offset {low}: the records below were deleted "
+                    "(retention or --truncate), and the timers they held are only in the last snapshot"
+                )
+    if not problems:
+        return
+    if force:
+        for problem in problems:
+            log.warning("forced: %s", problem)
+        return
+    hint = "" if base is not None else " Compact with --base <the last snapshot>, or"
+    raise SnapshotError("; ".join(problems) + f".{hint} pass --force to compact what the log holds anyway.")
+
+
+# -- transform ---------------------------------------------------------------
+
+
+def base_requests(base: DataFrame) -> DataFrame:
+    """A snapshot's pending timers as request rows (origin ``base``), to classify with the new log."""
+    return base.select(
+        "topic", "partition", "offset", "idx", "timestamp_ms",
+        F.lit(SCHEDULE).alias("kind"),
+        "timer_id", "due_ms", "callback_topic", "future",
+        F.lit(None).cast("string").alias("reason"),
+        F.lit(ORIGIN_BASE).alias("origin"),
+    )  # fmt: skip
+
+
+def transform(
+    requests: DataFrame, events: DataFrame, parse_config: WorkerConfig, base: DataFrame | None = None
+) -> Compaction:
+    """Raw request and event rows (and a base snapshot's timers) → classified rows and the pending set.
+
+    Pure: DataFrames in, DataFrames out; nothing is computed until an action.
+    """
+    decoded = decode_requests(requests, parse_config)
+    if base is not None:
+        decoded = decoded.unionByName(base_requests(base))
+    decoded_events = decode_event_rows(events)
+    classified = classify(decoded, decoded_events, len(parse_config.common.topics.ingress_formats))
+    pending = classified.filter(F.col("status") == PENDING).select(*SNAPSHOT_COLUMNS[:-1])
+    return Compaction(classified, decoded_events, pending)
+
+
+# -- load --------------------------------------------------------------------
+
+
+def load(
+    compaction: Compaction, extracted: Extracted, config: JobConfig, options: CompactOptions
+) -> CompactResult:
+    """Count, write the snapshot, then publish and truncate if asked."""
+    started = time.monotonic()
+    common = config.common
+    # Counting and writing are several actions over the same rows: read and decode Kafka once.
+    events = compaction.events.persist(StorageLevel.MEMORY_AND_DISK)
+    classified = compaction.classified.persist(StorageLevel.MEMORY_AND_DISK)
+    try:
+        with step("reading and classifying " + describe(extracted.plan)):
+            counts = count(classified, events)
+        manifest = Manifest.of(
+            extracted.plan,
+            common.kafka.bootstrap_servers,
+            common.topics.request,
+            common.topics.events,
+            counts.pending,
+            counts.as_dict(),
+            options.base,
+        )
+        pending = classified.filter(F.col("status") == PENDING).select(*SNAPSHOT_COLUMNS[:-1])
+        with step(f"writing {counts.pending:,} pending timers to {options.out}"):
+            snapshot.write(pending, manifest, options.out, options.overwrite)
+        published = 0
+        if options.publish:
+            with step(f"publishing {counts.pending:,} pending timers to {options.publish}"):
+                write_records(request_records(pending, options.publish, keep_partitions=True), common)
+                published = counts.pending
+    finally:
+        classified.unpersist()
+        events.unpersist()
+    truncated: tuple[tuple[str, int, int], ...] = ()
+    if options.truncate:
+        with step("truncating the request topics below the compacted offsets"):
+            truncated = truncate(config, extracted.plan)
+    return CompactResult(manifest, counts, time.monotonic() - started, published, truncated)
+
+
+def truncate(config: JobConfig, plan: LogPlan) -> tuple[tuple[str, int, int], ...]:
+    """Delete request records below the snapshot's end, and below what the worker group consumed."""
+    kafka = config.common.kafka.librdkafka()
+    consumer = Consumer({**consumer_config(kafka), "group.id": config.app_id})
+    try:
+        committed = consumer.committed(
+            [TopicPartition(r.topic, r.partition) for r in plan.requests], timeout=15
+        )
+    finally:
+        consumer.close()
+    consumed = {(tp.topic, tp.partition): tp.offset for tp in committed}
+    targets = []
+    for r in plan.requests:
+        upto = min(r.end, consumed.get((r.topic, r.partition), -1))
+        if upto > r.start:
+            targets.append(TopicPartition(r.topic, r.partition, upto))
+        else:
+            log.info("%s[%d]: nothing to delete (worker group %s consumed up to %s)",
+                     r.topic, r.partition, config.app_id, consumed.get((r.topic, r.partition)))  # fmt: skip
+    if not targets:
+        return ()
+    admin = AdminClient(kafka)
+    done = []
+    try:
+        for tp, future in admin.delete_records(targets, request_timeout=30).items():
+            result = future.result()
+            done.append((tp.topic, tp.partition, int(getattr(result, "low_watermark", tp.offset))))
+    except KafkaException as exc:
+        raise JobError(
+            f"the broker refused DeleteRecords ({exc}); nothing more was deleted. The snapshot is complete. "
+            "The embedded Tansu broker does not implement DeleteRecords; on Kafka, the job needs the "
+            "DELETE permission on the request topics."
+        ) from exc
+    return tuple(done)
+
+
+# -- main --------------------------------------------------------------------
+
+
+def run(spark: SparkSession, config: JobConfig, options: CompactOptions) -> CompactResult:
+    started = time.monotonic()
+    # Refuse what would fail at the end before reading anything.
+    if not options.overwrite and snapshot.exists(spark, options.out):
+        raise SnapshotError(f"{options.out} already holds a snapshot: choose another --out, or --overwrite")
+    extracted = extract(spark, config, options)
+    if options.publish:
+        create_fresh_topic(config.common, options.publish, extracted.plan.partitions)
+    compaction = transform(extracted.requests, extracted.events, config.parse_config(), extracted.base)
+    result = load(compaction, extracted, config, options)
+    return replace(result, seconds=time.monotonic() - started)
+
+
+def default_out(now: datetime | None = None) -> str:
+    stamp = (now or datetime.now(UTC)).strftime("%Y%m%dT%H%M%SZ")
+    return f"snapshots/{stamp}"
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = JobParser(
+        prog=PROG,
+        description="Compact the timer-request log into a Parquet snapshot of the pending timers.",
+    )
+    parser.add_argument("--out", help="snapshot directory (default: snapshots/<UTC time>)")
+    parser.add_argument(
+        "--base", metavar="SNAPSHOT", help="start from this snapshot; read only newer records"
+    )
+    parser.add_argument("--publish", metavar="TOPIC", help="also write the pending set to this fresh topic")
+    parser.add_argument(
+        "--truncate",
+        action="store_true",
+        help="delete request records below the compacted offsets (and below the worker group's "
+        "committed offsets); keep the snapshot, the next compaction needs it as --base",
+    )
+    parser.add_argument("--force", action="store_true", help="go on despite a coverage or manifest mismatch")
+    parser.add_argument("--overwrite", action="store_true", help="replace an existing snapshot at --out")
+    add_spark_arguments(parser)
+    return parser
+
+
+def _job(args: argparse.Namespace) -> int:
+    config = JobConfig.from_env()
+    options = CompactOptions(
+        out=args.out or default_out(),
+        base=args.base,
+        publish=args.publish,
+        truncate=args.truncate,
+        force=args.force,
+        overwrite=args.overwrite,
+        max_records_per_split=args.max_records_per_split,
+    )
+    spark = spark_for(args, PROG)
+    try:
+        result = run(spark, config, options)
+    finally:
+        spark.stop()
+    print_result(result, options)
+    return 0
+
+
+def print_result(result: CompactResult, options: CompactOptions) -> None:
+    for line in result.counts.lines():
+        print(line)
+    rate = result.counts.read / result.seconds if result.seconds > 0 else 0.0
+    print(f"snapshot    {options.out} ({result.counts.pending:,} pending timers)")
+    print(f"took        {result.seconds:.1f}s ({rate:,.0f} request rows/s)")
+    if result.published:
+        print(f"published   {result.published:,} timers to {options.publish}")
+    if options.truncate and not result.truncated:
+        print("truncated   nothing: the worker group has not consumed past the snapshot's start")
+    for topic, partition, offset in result.truncated:
+        print(f"truncated   {topic}[{partition}] below offset {offset}")
+    if result.truncated:
+        print(f"keep {options.out}: it is the only copy of the pending timers below those offsets "
+              "(compact next time with --base)")  # fmt: skip
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of ``timers-compact``."""
+    return run_main(PROG, build_parser(), _job, argv)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

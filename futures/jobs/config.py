@@ -1,0 +1,32 @@
+"""Configuration of the jobs: the service's shared config, plus the worker's app id."""
+
+from __future__ import annotations
+
+import os
+import sys
+from dataclasses import dataclass, field
+
+from futures.config import WorkerConfig
+from ktimers.config import CommonConfig, Env
+
+
+@dataclass(frozen=True)
+class JobConfig:
+    """Built once in ``main()`` from ``KAFKA_*`` and ``TIMERS_*`` (the workers' environment)."""
+
+    common: CommonConfig = field(default_factory=CommonConfig)
+    #: The worker's ``TIMERS_APP_ID``: its consumer group (``--truncate`` never
+    #: deletes what it has not consumed) and the prefix of its internal topics.
+    app_id: str = WorkerConfig.app_id
+
+    @classmethod
+    def from_env(cls, env: Env | None = None) -> JobConfig:
+        env = os.environ if env is None else env
+        return cls(common=CommonConfig.from_env(env), app_id=env.get("TIMERS_APP_ID") or cls.app_id)
+
+    def parse_config(self) -> WorkerConfig:
+        """What requests are parsed with: the service's topics, none of the worker's limits.
+
+        See :mod:`futures.jobs.decode` for why the limits are left to `timer-events`.
+        """
+        return WorkerConfig(common=self.common, app_id=self.app_id, max_payload_bytes=sys.maxsize)

@@ -1,0 +1,200 @@
+"""Which offsets a job reads: planned on the driver from Kafka metadata, never from the data.
+
+A job pins its offset ranges once, before it reads anything, so every action on
+the same DataFrame sees the same records and the snapshot manifest can say
+exactly what it covers.
+
+The end of a partition is taken from a fetch response, not from ListOffsets: the
+embedded Tansu broker answers ListOffsets with "first offset of the last batch
++ 1" (../shared/STACK.md, quirk 1), which made a job read 993-997 k of 1 M
+records. On a real cluster both agree, so the fetch costs one small request per
+partition and changes nothing.
+"""
+
+from __future__ import annotations
+
+import json
+import uuid
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Self
+
+from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
+
+from futures.jobs.errors import SourceError
+
+#: Kafka's sentinels in explicit offset maps, as in Spark's Kafka source.
+EARLIEST = -2
+LATEST = -1
+
+#: librdkafka settings for every consumer of the jobs: no group membership, no
+#: commits (offsets are the job's to choose), and short fetch waits (Tansu holds
+#: a fetch for its whole wait even when data is there).
+CONSUMER_DEFAULTS: dict[str, Any] = {
+    "enable.auto.commit": False,
+    "enable.auto.offset.store": False,
+    "enable.partition.eof": True,
+    "fetch.wait.max.ms": 100,
+    # The default of 1000 ms caps a consumer near 212 k msg/s (STACK.md).
+    "fetch.queue.backoff.ms": 10,
+}
+
+
+def consumer_config(kafka: Mapping[str, Any]) -> dict[str, Any]:
+    """Settings for a job consumer: ``kafka`` (connection) over :data:`CONSUMER_DEFAULTS`."""
+    # group.id is required by librdkafka, though the consumer never joins the group.
+    return {**CONSUMER_DEFAULTS, "group.id": f"kafka-timers-job-{uuid.uuid4().hex[:8]}", **kafka}
+
+
+@dataclass(frozen=True)
+class OffsetRange:
+    """Records ``start`` (inclusive) to ``end`` (exclusive) of one topic partition."""
+
+    topic: str
+    partition: int
+    start: int
+    end: int
+
+    @property
+    def size(self) -> int:
+        return max(self.end - self.start, 0)
+
+
+@dataclass(frozen=True)
+class OffsetSpec:
+    """One end of what to read: ``earliest``, ``latest``, offsets per partition, or a time.
+
+    ``offsets`` may hold :data:`EARLIEST`/:data:`LATEST`; partitions it does not
+    name take ``default``. ``timestamp_ms`` is the first record at or after that
+    time (epoch ms; on Tansu the broker's receive time, STACK.md quirk 8).
+    """
+
+    default: int = EARLIEST
+    offsets: Mapping[int, int] = field(default_factory=dict)
+    timestamp_ms: int | None = None
+
+    @classmethod
+    def parse(cls, text: str | None, default: int) -> OffsetSpec:
+        """``"earliest"``, ``"latest"`` or a JSON object ``{"0": 42, "1": -2}``."""
+        if text is None or not text.strip():
+            return cls(default=default)
+        raw = text.strip()
+        if raw.lower() in ("earliest", "latest"):
+            return cls(default=EARLIEST if raw.lower() == "earliest" else LATEST)
+        try:
+            parsed = json.loads(raw)
+            offsets = {int(p): int(o) for p, o in parsed.items()}
+        except (ValueError, AttributeError, TypeError) as exc:
+            raise SourceError(
+                f"offsets {text!r}: use earliest, latest or JSON like "
+                '{"0": 42, "1": -2} (partition -> offset; -2 earliest, -1 latest)'
+            ) from exc
+        if any(o < EARLIEST for o in offsets.values()):
+            raise SourceError(f"offsets {text!r}: an offset must be >= 0, or -2 (earliest) / -1 (latest)")
+        return cls(default=default, offsets=offsets)
+
+    @classmethod
+    def at_time(cls, timestamp_ms: int) -> OffsetSpec:
+        return cls(timestamp_ms=timestamp_ms)
+
+    def to_json(self, partitions: Sequence[int]) -> str:
+        return json.dumps({str(p): self.offsets.get(p, self.default) for p in partitions})
+
+
+class OffsetPlanner:
+    """Kafka metadata for planning: partitions, true watermarks, offsets for times."""
+
+    def __init__(self, kafka: Mapping[str, Any], timeout_s: float = 15.0) -> None:
+        self._conf = consumer_config(kafka)
+        self._timeout_s = timeout_s
+        self._consumer = Consumer(self._conf)
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        self._consumer.close()
+
+    def partitions(self, topic: str) -> list[int]:
+        """The topic's partitions; :class:`SourceError` when it does not exist."""
+        try:
+            # All topics, not list_topics(topic): asking for one can auto-create it.
+            metadata = self._consumer.list_topics(timeout=self._timeout_s)
+        except KafkaException as exc:
+            raise SourceError(f"cannot reach Kafka at {self._conf.get('bootstrap.servers')}: {exc}") from exc
+        info = metadata.topics.get(topic)
+        if info is None or info.error is not None:
+            raise SourceError(f"topic {topic!r} does not exist on {self._conf.get('bootstrap.servers')}")
+        return sorted(info.partitions)
+
+    def cluster_id(self) -> str:
+        metadata = self._consumer.list_topics(timeout=self._timeout_s)
+        return str(metadata.cluster_id or "")
+
+    def watermarks(self, topic: str, partitions: Sequence[int]) -> dict[int, tuple[int, int]]:
+        """``{partition: (low, high)}``, high taken from a fetch response (see the module doc)."""
+        marks = {}
+        for partition in partitions:
+            tp = TopicPartition(topic, partition)
+            low, high = self._consumer.get_watermark_offsets(tp, timeout=self._timeout_s)
+            if high > low:
+                high = self._fetched_high(topic, partition, high)
+            marks[partition] = (low, high)
+        return marks
+
+    def _fetched_high(self, topic: str, partition: int, listed_high: int) -> int:
+        self._consumer.assign([TopicPartition(topic, partition, listed_high - 1)])
+        try:
+            for msg in self._consumer.consume(1, timeout=self._timeout_s):
+                err = msg.error()
+                if err is not None and err.code() != KafkaError._PARTITION_EOF:
+                    raise SourceError(f"{topic}[{partition}]: {err.str()}")
+            _, high = self._consumer.get_watermark_offsets(TopicPartition(topic, partition), cached=True)
+        finally:
+            self._consumer.unassign()
+        return max(high, listed_high)
+
+    def offsets_for_time(self, topic: str, partitions: Sequence[int], timestamp_ms: int) -> dict[int, int]:
+        """First offset at or after ``timestamp_ms`` per partition; :data:`LATEST` when none is."""
+        query = [TopicPartition(topic, p, timestamp_ms) for p in partitions]
+        found = self._consumer.offsets_for_times(query, timeout=self._timeout_s)
+        return {tp.partition: (tp.offset if tp.offset >= 0 else LATEST) for tp in found}
+
+    def ranges(self, topic: str, start: OffsetSpec, end: OffsetSpec) -> list[OffsetRange]:
+        """One range per partition, within the partition's watermarks."""
+        partitions = self.partitions(topic)
+        marks = self.watermarks(topic, partitions)
+        starts = self._resolve(topic, partitions, marks, start)
+        ends = self._resolve(topic, partitions, marks, end)
+        return [OffsetRange(topic, p, starts[p], max(ends[p], starts[p])) for p in partitions]
+
+    def _resolve(
+        self, topic: str, partitions: Sequence[int], marks: Mapping[int, tuple[int, int]], spec: OffsetSpec
+    ) -> dict[int, int]:
+        if spec.timestamp_ms is not None:
+            wanted = self.offsets_for_time(topic, partitions, spec.timestamp_ms)
+        else:
+            wanted = {p: spec.offsets.get(p, spec.default) for p in partitions}
+        resolved = {}
+        for p in partitions:
+            low, high = marks[p]
+            offset = wanted[p]
+            if offset == EARLIEST:
+                offset = low
+            elif offset == LATEST:
+                offset = high
+            resolved[p] = min(max(offset, low), high)
+        return resolved
+
+
+def split(ranges: Sequence[OffsetRange], max_records: int) -> Iterator[OffsetRange]:
+    """Cut ranges into pieces of at most ``max_records`` (0: no cut), for more Spark tasks."""
+    for r in ranges:
+        if max_records <= 0 or r.size <= max_records:
+            yield r
+            continue
+        for start in range(r.start, r.end, max_records):
+            yield OffsetRange(r.topic, r.partition, start, min(start + max_records, r.end))

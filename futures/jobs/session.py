@@ -1,0 +1,83 @@
+"""The SparkSession of a job: built once, in ``main()``, from :class:`SparkSettings`."""
+
+from __future__ import annotations
+
+import logging
+import os
+import sys
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+from pyspark.sql import SparkSession
+
+from futures.jobs.errors import JobError
+from futures.jobs.kafka_source import KafkaDataSource
+
+log = logging.getLogger(__name__)
+
+DEFAULT_MASTER = "local[*]"
+
+JAVA_HINT = (
+    "PySpark 4 needs Java 17 or later: run `make java` (installs openjdk-17-jre-headless with apt) "
+    "or point JAVA_HOME at a JDK 17+"
+)
+
+
+def under_spark_submit() -> bool:
+    """True when spark-submit launched us: it started the JVM and chose the master."""
+    return "PYSPARK_GATEWAY_PORT" in os.environ
+
+
+def resolve_master(requested: str | None) -> str | None:
+    """``--master`` if given; else spark-submit's choice; else :data:`DEFAULT_MASTER`."""
+    if requested:
+        return requested
+    return None if under_spark_submit() else DEFAULT_MASTER
+
+
+@dataclass(frozen=True)
+class SparkSettings:
+    master: str | None = DEFAULT_MASTER  # None: spark-submit's
+    app_name: str = "kafka-timers"
+    #: Spark's console progress bar (stages and tasks done).
+    progress: bool = True
+    ui: bool = False
+    shuffle_partitions: int | None = None
+    conf: Mapping[str, str] = field(default_factory=dict)
+
+
+def build_session(settings: SparkSettings) -> SparkSession:
+    """A SparkSession with the Kafka data source registered, UTC time, and the venv's Python."""
+    local = settings.master is not None and settings.master.startswith("local")
+    if local:
+        # Spark's Python workers must be this virtualenv's interpreter: the system
+        # Python lacks pyarrow, confluent-kafka and this project.
+        os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+        os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+    builder = SparkSession.builder.appName(settings.app_name)
+    if settings.master is not None:
+        builder = builder.master(settings.master)
+    conf = {
+        # Due dates (snapshot partitions, report buckets) are UTC days, wherever the job runs.
+        "spark.sql.session.timeZone": "UTC",
+        "spark.ui.enabled": str(settings.ui).lower(),
+        "spark.ui.showConsoleProgress": str(settings.progress).lower(),
+        **({"spark.driver.bindAddress": "127.0.0.1", "spark.driver.host": "127.0.0.1"} if local else {}),
+        **(
+            {"spark.sql.shuffle.partitions": str(settings.shuffle_partitions)}
+            if settings.shuffle_partitions
+            else {}
+        ),
+        **settings.conf,
+    }
+    for key, value in conf.items():
+        builder = builder.config(key, value)
+    try:
+        spark = builder.getOrCreate()
+    except Exception as exc:  # PySparkRuntimeError JAVA_GATEWAY_EXITED, FileNotFoundError for `java`
+        if "JAVA_GATEWAY_EXITED" in str(exc) or "java" in str(exc).lower():
+            raise JobError(f"cannot start Spark ({exc.__class__.__name__}). {JAVA_HINT}") from exc
+        raise
+    spark.sparkContext.setLogLevel("WARN")
+    spark.dataSource.register(KafkaDataSource)
+    return spark

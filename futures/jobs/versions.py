@@ -1,0 +1,202 @@
+"""What became of every timer version in the request log: the heart of compaction.
+
+A *version* is one accepted schedule (one request) of a timer id. The worker
+keeps one table per partition, so a timer is (partition, id), and within it the
+latest request wins. Each version ends in exactly one status:
+
+* ``fired``      — a FIRED event on `timer-events` names this version
+  (partition, id and the request's offset). Checked first: a version that
+  fired stays fired even if a later request named the same id.
+* ``rejected``   — a REJECTED event names it (by offset; a too-late drop that
+  carries no offset, by due time): the worker refused it or its callback.
+* ``cancelled``  — the next request for the id is a cancel.
+* ``superseded`` — the next request for the id is a newer schedule.
+* ``pending``    — none of the above: the worker holds it, or will once it
+  reads the request. The pending set is what a snapshot keeps.
+
+Order within (partition, id) is the log order. Records of one topic are ordered
+by offset; when extra ingress topics feed the same partition, records of
+different topics are ordered by their timestamps (made monotonic per topic
+partition, so a topic's own order is never changed) — the best a job can know of
+the order the worker happened to read them in.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from pyspark.sql import Column, DataFrame, Window
+from pyspark.sql import functions as F
+
+from futures.jobs.decode import CANCEL, SCHEDULE
+
+PENDING = "pending"
+FIRED = "fired"
+REJECTED = "rejected"
+CANCELLED = "cancelled"
+SUPERSEDED = "superseded"
+#: Status of rows that are no version: cancel requests and invalid records.
+CANCEL_REQUEST = "cancel"
+INVALID_RECORD = "invalid"
+
+#: Where a row came from: the log read now, or the pending set of a base snapshot.
+ORIGIN_LOG = "log"
+ORIGIN_BASE = "base"
+
+
+def _outcomes(events: DataFrame) -> tuple[DataFrame, DataFrame]:
+    """FIRED/REJECTED per version (by offset), and too-late drops (by due time)."""
+    by_offset = (
+        events.filter((F.col("kind").isin("FIRED", "REJECTED")) & (F.col("source_offset") >= 0))
+        .groupBy("partition", "timer_id", F.col("source_offset").alias("offset"))
+        .agg(
+            F.max(F.col("kind") == "FIRED").alias("ev_fired"),
+            F.max(F.col("kind") == "REJECTED").alias("ev_rejected"),
+        )
+    )
+    # A too-late timer dropped under TIMERS_LATE_POLICY=drop has no offset in its event.
+    dropped = (
+        events.filter((F.col("kind") == "REJECTED") & (F.col("source_offset") < 0))
+        .select("partition", "timer_id", "due_ms")
+        .distinct()
+        .withColumn("ev_dropped", F.lit(True))
+    )
+    return by_offset, dropped
+
+
+def _log_order(requests: DataFrame, topics: int) -> DataFrame:
+    """Add ``seq_ms``: the record time, never decreasing along a topic partition.
+
+    With one request topic, offsets alone are the order and ``seq_ms`` is 0 (a
+    window less: a sort of every row saved).
+    """
+    if topics <= 1:
+        return requests.withColumn("seq_ms", F.lit(0).cast("long"))
+    along = (
+        Window.partitionBy("topic", "partition")
+        .orderBy("offset", "idx")
+        .rowsBetween(Window.unboundedPreceding, Window.currentRow)
+    )
+    return requests.withColumn("seq_ms", F.max(F.coalesce(F.col("timestamp_ms"), F.lit(-1))).over(along))
+
+
+def classify(requests: DataFrame, events: DataFrame, topics: int = 1) -> DataFrame:
+    """Every request row with its ``status`` (module doc) and ``next_kind``.
+
+    ``topics``: how many request topics the rows come from (`timer-request`
+    and the extra ingress topics).
+
+    ``requests``: :data:`~futures.jobs.decode.REQUEST_SCHEMA` rows plus ``origin``;
+    ``events``: :data:`~futures.jobs.decode.EVENT_SCHEMA` rows.
+    """
+    # One pass over the rows (no union of filtered branches), so the decoding
+    # upstream runs once. Invalid records form their own window partitions: a
+    # rejected request never replaces a pending version.
+    rows = _log_order(requests.withColumn("valid", F.col("kind").isin(SCHEDULE, CANCEL)), topics)
+    by_timer = Window.partitionBy("partition", "timer_id", "valid").orderBy(
+        "seq_ms", "topic", "offset", "idx"
+    )
+    by_offset, dropped = _outcomes(events)
+    versions = (
+        rows.withColumn("next_kind", F.lead("kind").over(by_timer))
+        .join(by_offset, ["partition", "timer_id", "offset"], "left")
+        .join(dropped, ["partition", "timer_id", "due_ms"], "left")
+    )
+    status: Column = (
+        F.when(~F.col("valid"), F.lit(INVALID_RECORD))
+        .when(F.col("kind") == CANCEL, F.lit(CANCEL_REQUEST))
+        .when(F.coalesce(F.col("ev_fired"), F.lit(False)), F.lit(FIRED))
+        .when(F.coalesce(F.col("ev_rejected"), F.col("ev_dropped"), F.lit(False)), F.lit(REJECTED))
+        .when(F.col("next_kind") == CANCEL, F.lit(CANCELLED))
+        .when(F.col("next_kind").isNotNull(), F.lit(SUPERSEDED))
+        .otherwise(F.lit(PENDING))
+    )
+    return versions.withColumn("status", status).drop("valid", "ev_fired", "ev_rejected", "ev_dropped")
+
+
+@dataclass(frozen=True)
+class Counts:
+    """What a classification found, for people and the manifest."""
+
+    read: int = 0  # records read from the log (a batch record counts once per timer it holds)
+    base: int = 0  # pending timers taken from the base snapshot
+    schedules: int = 0
+    cancels: int = 0
+    superseded: int = 0
+    fired: int = 0
+    cancelled: int = 0
+    rejected: int = 0
+    pending: int = 0
+    invalid: tuple[tuple[str, int], ...] = ()  # (reason, count): undecodable, unknown-kind, tombstone...
+    events_read: int = 0
+    events_invalid: int = 0
+
+    def as_dict(self) -> dict[str, object]:
+        return {
+            "read": self.read,
+            "base": self.base,
+            "schedules": self.schedules,
+            "cancels": self.cancels,
+            "superseded": self.superseded,
+            "fired": self.fired,
+            "cancelled": self.cancelled,
+            "rejected": self.rejected,
+            "pending": self.pending,
+            "invalid": dict(self.invalid),
+            "events_read": self.events_read,
+            "events_invalid": self.events_invalid,
+        }
+
+    def lines(self) -> list[str]:
+        """Human-readable summary, one fact a line."""
+        out = [
+            f"read        {self.read:>12,}  request rows from the log"
+            + (f" (+{self.base:,} pending from the base snapshot)" if self.base else ""),
+            f"schedules   {self.schedules:>12,}",
+            f"cancels     {self.cancels:>12,}",
+            f"superseded  {self.superseded:>12,}  replaced by a newer request for the same id",
+            f"fired       {self.fired:>12,}",
+            f"cancelled   {self.cancelled:>12,}",
+            f"rejected    {self.rejected:>12,}  refused by the worker (timer-events)",
+            f"pending     {self.pending:>12,}",
+            f"events      {self.events_read:>12,}  read from timer-events"
+            + (f", {self.events_invalid:,} undecodable" if self.events_invalid else ""),
+        ]
+        for reason, n in self.invalid:
+            out.append(f"invalid     {n:>12,}  {reason}")
+        return out
+
+
+def count(classified: DataFrame, events: DataFrame) -> Counts:
+    """Counts of ``classify``'s output (two small aggregations; the rows stay on the executors)."""
+    rows = classified.groupBy("origin", "status", "reason").count().collect()
+    by_status: dict[str, int] = {}
+    invalid: dict[str, int] = {}
+    read = base = 0
+    for row in rows:
+        n = int(row["count"])
+        if row["origin"] == ORIGIN_BASE:
+            base += n
+        else:
+            read += n
+        by_status[row["status"]] = by_status.get(row["status"], 0) + n
+        if row["status"] == INVALID_RECORD:
+            invalid[row["reason"] or "unknown"] = invalid.get(row["reason"] or "unknown", 0) + n
+    event_rows = events.groupBy(F.col("kind").isin("UNDECODABLE", "TOMBSTONE").alias("bad")).count().collect()
+    events_bad = sum(int(r["count"]) for r in event_rows if r["bad"])
+    events_total = sum(int(r["count"]) for r in event_rows)
+    versions = (PENDING, FIRED, REJECTED, CANCELLED, SUPERSEDED)
+    return Counts(
+        read=read,
+        base=base,
+        schedules=sum(by_status.get(s, 0) for s in versions),
+        cancels=by_status.get(CANCEL_REQUEST, 0),
+        superseded=by_status.get(SUPERSEDED, 0),
+        fired=by_status.get(FIRED, 0),
+        cancelled=by_status.get(CANCELLED, 0),
+        rejected=by_status.get(REJECTED, 0),
+        pending=by_status.get(PENDING, 0),
+        invalid=tuple(sorted(invalid.items())),
+        events_read=events_total,
+        events_invalid=events_bad,
+    )

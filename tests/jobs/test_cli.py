@@ -1,0 +1,58 @@
+"""The job commands: bad arguments and errors are one line on stderr and status 2, before Spark starts."""
+
+from __future__ import annotations
+
+import pytest
+from pyspark.errors import PySparkException
+
+from futures.jobs import compact, replay, report
+from futures.jobs.runner import JobParser, run_main
+from futures.jobs.session import resolve_master
+
+
+def test_replay_to_topic_needs_a_due_window(capsys: pytest.CaptureFixture[str]) -> None:
+    assert (
+        replay.main(["--from-log", "--to-topic", "orders-retry", "--due-from", "2026-11-23T09:00:00Z"]) == 2
+    )
+    assert capsys.readouterr().err.strip() == (
+        "timers-replay: error: --to-topic re-sends callbacks of a due window: give --due-from and --due-to"
+    )
+
+
+def test_replay_needs_a_source_and_zoned_times(capsys: pytest.CaptureFixture[str]) -> None:
+    assert replay.main([]) == 2
+    assert "one of the arguments --snapshot --from-log is required" in capsys.readouterr().err
+    assert replay.main(["--from-log", "--due-from", "2026-11-23T09:00:00"]) == 2
+    assert "has no zone" in capsys.readouterr().err
+
+
+def test_unknown_options_are_refused(capsys: pytest.CaptureFixture[str]) -> None:
+    assert compact.main(["--publsh", "x"]) == 2
+    assert "unrecognized arguments: --publsh x" in capsys.readouterr().err
+    assert report.main(["--bucket", "week"]) == 2
+    assert "invalid choice: 'week'" in capsys.readouterr().err
+
+
+def test_an_error_raised_in_a_spark_task_is_reported_as_its_own_line(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    def job(_args) -> int:
+        raise PySparkException(
+            message="An exception was thrown from the Python worker:\nTraceback ...\n"
+            "futures.jobs.errors.SourceError: timer-request[3]: no record for 60s at offset 7\n  at org..."
+        )
+
+    parser = JobParser(prog="timers-compact")
+    parser.add_argument("--quiet", action="store_true")
+    assert run_main("timers-compact", parser, job, []) == 2
+    assert capsys.readouterr().err.strip() == (
+        "timers-compact: error: timer-request[3]: no record for 60s at offset 7"
+    )
+
+
+def test_master_defaults_to_local_unless_spark_submit_chose(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("PYSPARK_GATEWAY_PORT", raising=False)
+    assert resolve_master(None) == "local[*]"
+    assert resolve_master("spark://h:7077") == "spark://h:7077"
+    monkeypatch.setenv("PYSPARK_GATEWAY_PORT", "40000")
+    assert resolve_master(None) is None
