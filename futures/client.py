@@ -21,17 +21,28 @@ import math
 import threading
 import time
 import uuid
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from types import TracebackType
 from typing import Any, Protocol, Self
 
 from confluent_kafka import KafkaError, KafkaException, Message, Producer
+from confluent_kafka.admin import ClusterMetadata
 
+from futures.partitioner import PartitionFn, partitioner_for
 from ktimers.config import CommonConfig
 from ktimers.errors import ConfigError, DeliveryError, TimersError
-from ktimers.wire import KIND_CANCEL, KIND_FUTURE, KIND_HEADER, Cancel, Future, Header
+from ktimers.wire import (
+    KIND_BATCH,
+    KIND_CANCEL,
+    KIND_FUTURE,
+    KIND_HEADER,
+    Cancel,
+    Future,
+    FutureBatch,
+    Header,
+)
 
 __all__ = [
     "AsyncTimerClient",
@@ -41,6 +52,9 @@ __all__ = [
     "TimerClient",
     "TimerHandle",
     "TimerRecord",
+    "TimerSpec",
+    "When",
+    "build_batches",
     "build_cancel",
     "build_schedule",
     "due_ms_for",
@@ -53,6 +67,8 @@ Clock = Callable[[], float]
 """Returns the current time in epoch seconds (``time.time``)."""
 
 HeadersArg = Mapping[str, bytes | str] | Iterable[tuple[str, bytes | str]]
+When = datetime | timedelta | float
+"""``send_later``'s due time: an aware datetime or epoch seconds (absolute), or a timedelta (relative)."""
 RecordHeaders = list[tuple[str, str | bytes | None]]
 DeliveryCallback = Callable[[KafkaError | None, Message], None]
 
@@ -75,11 +91,14 @@ class ProducerLike(Protocol):
         *,
         on_delivery: DeliveryCallback | None = None,
         headers: RecordHeaders | None = None,
+        partition: int = -1,
     ) -> None: ...
 
     def poll(self, timeout: float = -1) -> int: ...
 
     def flush(self, timeout: float = -1) -> int: ...
+
+    def list_topics(self, topic: str | None = None, timeout: float = -1) -> ClusterMetadata: ...
 
 
 @dataclass(frozen=True)
@@ -108,9 +127,25 @@ class TimerRecord:
     (e.g. inside their own Kafka transaction)."""
 
     topic: str
-    key: bytes
+    key: bytes | None
     value: bytes
     headers: RecordHeaders
+    #: Explicit partition (batches: the partition of every timer in it); None lets the partitioner pick.
+    partition: int | None = None
+
+
+@dataclass(frozen=True)
+class TimerSpec:
+    """One timer for :meth:`TimerClient.schedule_many`: the arguments of ``schedule``."""
+
+    topic: str
+    key: str | bytes
+    payload: str | bytes
+    at: datetime | float | None = None
+    delay: float | timedelta | None = None
+    id: str | None = None
+    token: str | None = None
+    headers: HeadersArg | None = None
 
 
 def due_ms_for(*, at: datetime | float | None, delay: float | timedelta | None, now: float) -> int:
@@ -193,6 +228,31 @@ def build_schedule(
     now: float,
 ) -> tuple[TimerRecord, TimerHandle]:
     """The request record for one timer, and its handle. ``now`` is epoch seconds."""
+    future, handle = _future(
+        common, topic, key, payload, at=at, delay=delay, id=id, token=token, headers=headers, now=now
+    )
+    record = TimerRecord(
+        topic=common.topics.request,
+        key=handle.record_key,
+        value=future.SerializeToString(),
+        headers=[(KIND_HEADER, KIND_FUTURE)],
+    )
+    return record, handle
+
+
+def _future(
+    common: CommonConfig,
+    topic: str,
+    key: str | bytes,
+    payload: str | bytes,
+    *,
+    at: datetime | float | None,
+    delay: float | timedelta | None,
+    id: str | None,
+    token: str | None,
+    headers: HeadersArg | None,
+    now: float,
+) -> tuple[Future, TimerHandle]:
     if not isinstance(topic, str) or not topic:
         raise ValueError("topic must be the non-empty name of the topic the callback goes to")
     if topic in common.topics.own:
@@ -215,14 +275,92 @@ def build_schedule(
         headers=_user_headers(headers),
     )
     record_key = timer_id.encode()
-    record = TimerRecord(
-        topic=common.topics.request,
-        key=record_key,
-        value=future.SerializeToString(),
-        headers=[(KIND_HEADER, KIND_FUTURE)],
-    )
     handle = TimerHandle(id=timer_id, record_key=record_key, due_ms=due_ms, callback_topic=topic, token=token)
-    return record, handle
+    return future, handle
+
+
+#: Timers per batch record by default, and the most bytes a batch record may
+#: reach (under Kafka's default 1 MB message.max.bytes, with room for headers).
+BATCH_SIZE = 1000
+MAX_BATCH_BYTES = 900_000
+
+
+def build_batches(
+    common: CommonConfig,
+    timers: Iterable[TimerSpec],
+    *,
+    partitions: int,
+    partition_of: PartitionFn,
+    now: float,
+    batch_size: int = BATCH_SIZE,
+    max_batch_bytes: int = MAX_BATCH_BYTES,
+) -> tuple[list[TimerRecord], list[TimerHandle]]:
+    """``FutureBatch`` records for many timers, and their handles in the order given.
+
+    Every timer goes in a batch for the partition its id would be produced to
+    (``partition_of(id, partitions)``), so that a cancel or a replacement keyed
+    by the id reaches the partition that holds it. ``now`` is epoch seconds.
+    """
+    if batch_size < 1 or max_batch_bytes < 1:
+        raise ValueError("batch_size and max_batch_bytes must be >= 1")
+    handles: list[TimerHandle] = []
+    groups: dict[int, list[Future]] = {}
+    for spec in timers:
+        if not isinstance(spec, TimerSpec):
+            raise ValueError(f"schedule_many takes TimerSpec items, not {type(spec).__name__}")
+        future, handle = _future(
+            common,
+            spec.topic,
+            spec.key,
+            spec.payload,
+            at=spec.at,
+            delay=spec.delay,
+            id=spec.id,
+            token=spec.token,
+            headers=spec.headers,
+            now=now,
+        )
+        handles.append(handle)
+        groups.setdefault(partition_of(handle.record_key, partitions), []).append(future)
+    records = []
+    for partition, futures in sorted(groups.items()):
+        for chunk in _chunks(futures, batch_size, max_batch_bytes):
+            records.append(
+                TimerRecord(
+                    topic=common.topics.request,
+                    key=None,
+                    value=FutureBatch(futures=chunk).SerializeToString(),
+                    headers=[(KIND_HEADER, KIND_BATCH)],
+                    partition=partition,
+                )
+            )
+    return records, handles
+
+
+def _chunks(futures: Sequence[Future], max_count: int, max_bytes: int) -> Iterable[list[Future]]:
+    chunk: list[Future] = []
+    size = 0
+    for future in futures:
+        # Each element costs its size plus a tag and a length prefix (<= 6 bytes).
+        cost = future.ByteSize() + 6
+        if chunk and (len(chunk) >= max_count or size + cost > max_bytes):
+            yield chunk
+            chunk, size = [], 0
+        chunk.append(future)
+        size += cost
+    if chunk:
+        yield chunk
+
+
+def due_for(when: When) -> dict[str, Any]:
+    """``send_later``'s ``when`` as ``schedule``'s keyword: ``at`` (absolute) or ``delay`` (relative)."""
+    if isinstance(when, timedelta):
+        return {"delay": when}
+    if isinstance(when, datetime | int | float) and not isinstance(when, bool):
+        return {"at": when}
+    raise ValueError(
+        f"when={when!r}: give an aware datetime or epoch seconds (absolute), or a timedelta (relative)"
+    )
 
 
 def build_cancel(
@@ -322,6 +460,53 @@ def _error_cb(
     return on_error
 
 
+def _partition_count(producer: ProducerLike, common: CommonConfig, timeout_s: float = 10.0) -> int:
+    """Partitions of the request topic, from the cluster's metadata."""
+    topic = common.topics.request
+    try:
+        # All topics, not list_topics(topic): asking for one can auto-create it.
+        metadata = producer.list_topics(timeout=timeout_s)
+    except KafkaException as exc:
+        raise DeliveryError(
+            f"could not read the partition count of {topic!r} from {common.kafka.bootstrap_servers}: {exc}"
+        ) from exc
+    info = metadata.topics.get(topic)
+    if info is None or info.error is not None or not info.partitions:
+        raise TimersError(
+            f"topic {topic!r} does not exist on {common.kafka.bootstrap_servers}: "
+            "create the service's topics first (timers topics create)"
+        )
+    return len(info.partitions)
+
+
+class _Batching:
+    """What bulk scheduling needs beyond single timers: the partition count and the partitioner."""
+
+    def __init__(self, common: CommonConfig, partitioner: str | None) -> None:
+        self._common = common
+        self._partitioner = partitioner
+        #: The request topic's partition count, once read: it is fixed for the timers it holds.
+        self.partitions: int | None = None
+
+    def read_partitions(self, producer: ProducerLike) -> int:
+        self.partitions = _partition_count(producer, self._common)
+        return self.partitions
+
+    def build(
+        self, timers: Iterable[TimerSpec], partitions: int, now: float, batch_size: int, max_batch_bytes: int
+    ) -> tuple[list[TimerRecord], list[TimerHandle]]:
+        partition_of = partitioner_for(self._partitioner)
+        return build_batches(
+            self._common,
+            timers,
+            partitions=partitions,
+            partition_of=partition_of,
+            now=now,
+            batch_size=batch_size,
+            max_batch_bytes=max_batch_bytes,
+        )
+
+
 class TimerClient:
     """Synchronous timer client over one idempotent confluent-kafka producer.
 
@@ -349,6 +534,7 @@ class TimerClient:
             conf["error_cb"] = _error_cb(self._reporter, conf.get("error_cb"))
             producer = _make_producer(conf)
         self._producer = producer
+        self._batching = _Batching(self._common, (producer_config or {}).get("partitioner"))
         self._closed = False
 
     @property
@@ -390,6 +576,50 @@ class TimerClient:
         )
         self._send(record, f"timer {handle.id}")
         return handle
+
+    def send_later(
+        self,
+        key: str | bytes,
+        value: str | bytes,
+        topic: str,
+        when: When,
+        *,
+        id: str | None = None,
+        token: str | None = None,
+        headers: HeadersArg | None = None,
+    ) -> TimerHandle:
+        """Produce ``value`` with ``key`` to ``topic`` at ``when``: :meth:`schedule` in the
+        argument order of the Java library's ``sendLater(key, value, topic, when)``.
+
+        ``when``: an aware datetime or epoch seconds (absolute), or a timedelta
+        (relative to now).
+        """
+        return self.schedule(topic, key, value, id=id, token=token, headers=headers, **due_for(when))
+
+    def schedule_many(
+        self,
+        timers: Iterable[TimerSpec],
+        *,
+        batch_size: int = BATCH_SIZE,
+        max_batch_bytes: int = MAX_BATCH_BYTES,
+    ) -> list[TimerHandle]:
+        """Queue many timers in few records; their handles, in the order given.
+
+        Timers are grouped by the partition their id maps to and sent as
+        ``FutureBatch`` records of up to ``batch_size`` timers (and
+        ``max_batch_bytes``), so the worker ingests them in bulk. Each handle
+        cancels like one from :meth:`schedule`. Delivery is confirmed by
+        :meth:`flush`; a record that fails loses all its timers, and is reported
+        like any other failure.
+        """
+        self._check_usable()
+        partitions = self._batching.partitions or self._batching.read_partitions(self._producer)
+        records, handles = self._batching.build(
+            timers, partitions, self._clock(), batch_size, max_batch_bytes
+        )
+        for record in records:
+            self._send(record, f"a batch of timers for partition {record.partition}")
+        return handles
 
     def cancel(self, handle_or_id: TimerHandle | str, *, record_key: str | bytes | None = None) -> None:
         """Queue a cancel for a timer, by handle or id.
@@ -469,9 +699,19 @@ def _produce(
     """
     for attempt in range(2):
         try:
-            producer.produce(
-                record.topic, record.value, record.key, on_delivery=on_delivery, headers=record.headers
-            )
+            if record.partition is None:
+                producer.produce(
+                    record.topic, record.value, record.key, on_delivery=on_delivery, headers=record.headers
+                )
+            else:
+                producer.produce(
+                    record.topic,
+                    record.value,
+                    record.key,
+                    on_delivery=on_delivery,
+                    headers=record.headers,
+                    partition=record.partition,
+                )
             return
         except BufferError as exc:
             if not retry_when_full:
@@ -512,6 +752,7 @@ class AsyncTimerClient:
             conf["error_cb"] = _error_cb(self._reporter, conf.get("error_cb"))
             producer = _make_producer(conf)
         self._producer = producer
+        self._batching = _Batching(self._common, (producer_config or {}).get("partitioner"))
         self._pending: set[asyncio.Future[None]] = set()
         self._stop = threading.Event()
         self._poller: threading.Thread | None = None
@@ -552,6 +793,46 @@ class AsyncTimerClient:
         )
         await self._send(record, f"timer {handle.id}")
         return handle
+
+    async def send_later(
+        self,
+        key: str | bytes,
+        value: str | bytes,
+        topic: str,
+        when: When,
+        *,
+        id: str | None = None,
+        token: str | None = None,
+        headers: HeadersArg | None = None,
+    ) -> TimerHandle:
+        """:meth:`TimerClient.send_later`, awaiting the broker's acknowledgement."""
+        return await self.schedule(topic, key, value, id=id, token=token, headers=headers, **due_for(when))
+
+    async def schedule_many(
+        self,
+        timers: Iterable[TimerSpec],
+        *,
+        batch_size: int = BATCH_SIZE,
+        max_batch_bytes: int = MAX_BATCH_BYTES,
+    ) -> list[TimerHandle]:
+        """:meth:`TimerClient.schedule_many`, returning once every batch record is acknowledged.
+
+        Raises :class:`DeliveryError` if any batch record was refused (the
+        others may have been scheduled: scheduling again by the same ids is safe).
+        """
+        self._check_usable()
+        partitions = self._batching.partitions
+        if partitions is None:  # a metadata request blocks: not on the event loop
+            partitions = await asyncio.to_thread(self._batching.read_partitions, self._producer)
+        records, handles = self._batching.build(
+            timers, partitions, self._clock(), batch_size, max_batch_bytes
+        )
+        sends = [self._send(r, f"a batch of timers for partition {r.partition}") for r in records]
+        results = await asyncio.gather(*sends, return_exceptions=True)
+        for result in results:
+            if isinstance(result, BaseException):
+                raise result
+        return handles
 
     async def cancel(self, handle_or_id: TimerHandle | str, *, record_key: str | bytes | None = None) -> None:
         """Send a cancel (arguments as :meth:`TimerClient.cancel`) and wait for the ack."""

@@ -15,6 +15,8 @@ class SourceRecord:
     key: bytes | None
     value: bytes | None
     headers: KafkaHeaders = ()
+    #: The record's timestamp (epoch ms, as Kafka stores it); -1 when unknown.
+    timestamp_ms: int = -1
 
     def where(self) -> str:
         return f"{self.topic}[{self.partition}]@{self.offset}"

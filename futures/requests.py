@@ -1,133 +1,100 @@
-"""Turn a `timer-request` record into a schedule, a cancel, or a rejection with its reason.
+"""Turn a request record into schedules, cancels, or rejections with their reasons.
 
 Pure functions of (record, config, clock): no Kafka, no table. The engine
-decides what a valid request does to the table; this module decides whether it
-is valid and what it means.
+decides what a valid request does to the table; this module (and the format
+modules in :mod:`futures.formats`) decide whether it is valid and what it means.
+
+:func:`parse_record` is the one public entry point, for the worker and for
+anything else that reads request topics (the Spark jobs): it maps one record of
+any ingress topic to the requests it holds.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
-from google.protobuf.message import DecodeError
+from dataclasses import replace
 
 from futures.config import WorkerConfig
-from futures.records import SourceRecord
-from ktimers.wire import (
-    KIND_CANCEL,
-    KIND_FUTURE,
-    KIND_HEADER,
-    Cancel,
-    Future,
-    StoredTimer,
-    header_value,
-    parse_second_key,
+from futures.formats import PARSERS
+from futures.formats.base import (
+    MAX_ID_BYTES,
+    CancelRequest,
+    ParseContext,
+    Rejection,
+    Request,
+    Schedule,
+    seed_id,
 )
+from futures.records import SourceRecord
+from ktimers.config import IngressFormat
 
-#: Longest timer id accepted (bytes): ids are part of every table key.
-MAX_ID_BYTES = 512
-
-
-@dataclass(frozen=True)
-class Schedule:
-    record: SourceRecord
-    timer: StoredTimer
-
-    @property
-    def timer_id(self) -> str:
-        return self.timer.future.id
-
-    @property
-    def due_ms(self) -> int:
-        return self.timer.future.due_ms
+__all__ = [
+    "MAX_ID_BYTES",
+    "CancelRequest",
+    "Rejection",
+    "Request",
+    "RequestParser",
+    "Schedule",
+    "parse_record",
+    "parse_request",
+    "seed_id",
+]
 
 
-@dataclass(frozen=True)
-class CancelRequest:
-    record: SourceRecord
-    timer_id: str
+class RequestParser:
+    """Parses the records of one batch; ``now_ms`` (epoch ms) is the worker clock for all of them."""
+
+    def __init__(self, config: WorkerConfig, now_ms: int) -> None:
+        self._context = ParseContext(config, now_ms)
+        self._topics = config.common.topics
+
+    def parse(self, record: SourceRecord) -> list[Request]:
+        """See :func:`parse_record`."""
+        fmt = self._topics.format_of(record.topic)
+        if fmt is None:
+            detail = f"{record.topic!r} is not a request topic (TIMERS_TOPIC_REQUEST, TIMERS_INGRESS_TOPICS)"
+            return self._named([Rejection(record, "unknown-topic", detail)])
+        return self.parse_as(record, fmt)
+
+    def parse_as(self, record: SourceRecord, fmt: IngressFormat) -> list[Request]:
+        """Parse ``record`` as ``fmt``, whatever its topic."""
+        return self._named(PARSERS[fmt](record, self._context))
+
+    def _named(self, requests: list[Request]) -> list[Request]:
+        # Every rejection names a timer id, so its REJECTED event has a key.
+        return [
+            replace(r, timer_id=self._context.derived_id(r.record))
+            if isinstance(r, Rejection) and not r.timer_id
+            else r
+            for r in requests
+        ]
 
 
-@dataclass(frozen=True)
-class Rejection:
-    record: SourceRecord
-    reason: str  # stable code, e.g. "undecodable"; documented in the README
-    detail: str  # for humans
-    timer_id: str = ""
+def parse_record(record: SourceRecord, config: WorkerConfig, now_ms: int) -> list[Request]:
+    """The requests one record holds, in order: schedules, cancels and rejections.
 
+    ``record.topic`` selects the format: `timer-request` (``config.common.topics.request``)
+    is native (a ``Future``, a ``Cancel`` or a ``FutureBatch`` of many timers);
+    the topics of ``TIMERS_INGRESS_TOPICS`` carry theirs (etf1, countdown, or
+    native). ``now_ms`` is the worker clock, epoch milliseconds: it is the
+    ``accepted_ms`` of new timers and the reference of ``TIMERS_MAX_DUE_AHEAD_S``;
+    due times never depend on it, except a countdown whose record has no timestamp.
 
-Request = Schedule | CancelRequest | Rejection
-
-
-def seed_id(record: SourceRecord) -> str:
-    """Id of a request that carries none (seed producers): stable across re-reads of the record."""
-    return f"seed-{record.partition}-{record.offset}"
+    Deterministic for a given record: ids derived for requests that carry none
+    (:func:`seed_id`) come from topic, partition, offset and batch index, so a
+    record read twice yields the same timers. Every :class:`Rejection` carries a
+    stable ``reason`` code (README, "timer-request-dlq" and "Compatible formats")
+    and a timer id. A record of a topic that is no request topic is rejected
+    with ``unknown-topic``.
+    """
+    return RequestParser(config, now_ms).parse(record)
 
 
 def parse_request(record: SourceRecord, config: WorkerConfig, now_ms: int) -> Request:
-    kind = header_value(record.headers, KIND_HEADER)
-    if kind == KIND_CANCEL:
-        return _parse_cancel(record)
-    if kind not in (None, KIND_FUTURE):
-        return Rejection(record, "unknown-kind", f"{KIND_HEADER}={kind!r}: expected 'future' or 'cancel'")
-    return _parse_future(record, config, now_ms)
+    """``record`` parsed as one native request (a ``Future`` or a ``Cancel``), whatever its topic.
 
-
-def _parse_cancel(record: SourceRecord) -> Request:
-    try:
-        cancel = Cancel.FromString(record.value or b"")
-    except DecodeError as exc:
-        return Rejection(record, "undecodable", f"not a Cancel message: {exc}")
-    if not cancel.id:
-        return Rejection(record, "missing-id", "a Cancel must name the timer id to cancel")
-    return CancelRequest(record, cancel.id)
-
-
-def _parse_future(record: SourceRecord, config: WorkerConfig, now_ms: int) -> Request:
-    if record.value is None:
-        return Rejection(record, "undecodable", "tombstone (null value) on the request topic")
-    try:
-        future = Future.FromString(record.value)
-    except DecodeError as exc:
-        return Rejection(record, "undecodable", f"not a Future message: {exc}")
-    timer_id = future.id or seed_id(record)
-    if len(timer_id.encode()) > MAX_ID_BYTES:
-        return Rejection(record, "invalid-id", f"timer id longer than {MAX_ID_BYTES} bytes")
-    if future.HasField("due_ms"):
-        due_ms = future.due_ms
-        if due_ms < 0:
-            return Rejection(record, "bad-due-time", f"due_ms={due_ms} is negative", timer_id)
-    else:
-        second = parse_second_key(record.key)
-        if second is None:
-            return Rejection(
-                record,
-                "bad-due-time",
-                f"no due_ms field and the key {record.key!r} is not an epoch second",
-                timer_id,
-            )
-        due_ms = second * 1000
-    problem = config.callback_topic_problem(future.callBackTopic)
-    if problem is not None:
-        return Rejection(record, problem[0], problem[1], timer_id)
-    if len(future.callBack) > config.max_payload_bytes:
-        return Rejection(
-            record,
-            "payload-too-large",
-            f"callBack is {len(future.callBack)} bytes; the limit is {config.max_payload_bytes} "
-            "(TIMERS_MAX_PAYLOAD_BYTES)",
-            timer_id,
-        )
-    if config.max_due_ahead_s and due_ms > now_ms + config.max_due_ahead_s * 1000:
-        return Rejection(
-            record,
-            "due-too-far",
-            f"due {due_ms} is more than {config.max_due_ahead_s}s ahead (TIMERS_MAX_DUE_AHEAD_S)",
-            timer_id,
-        )
-    future.id = timer_id
-    future.due_ms = due_ms
-    stored = StoredTimer(
-        future=future, source_partition=record.partition, source_offset=record.offset, accepted_ms=now_ms
-    )
-    return Schedule(record, stored)
+    Kept for callers of the single-format API; prefer :func:`parse_record`.
+    """
+    requests = RequestParser(config, now_ms).parse_as(record, IngressFormat.NATIVE)
+    if len(requests) != 1:
+        raise ValueError(f"{record.where()} holds {len(requests)} requests: use parse_record")
+    return requests[0]

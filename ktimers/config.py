@@ -121,6 +121,17 @@ def env_float(env: Env, name: str, default: float) -> float:
         raise ConfigError(f"{name}={raw!r} is not a number") from exc
 
 
+def env_bool(env: Env, name: str, default: bool) -> bool:
+    raw = _get(env, name)
+    if raw is None:
+        return default
+    if raw.lower() in ("1", "true", "yes", "on"):
+        return True
+    if raw.lower() in ("0", "false", "no", "off"):
+        return False
+    raise ConfigError(f"{name}={raw!r}: use 1/true/yes/on or 0/false/no/off")
+
+
 def env_choice(env: Env, name: str, enum_type: type[enum.Enum], default: enum.Enum) -> enum.Enum:
     raw = _get(env, name)
     if raw is None:
@@ -192,15 +203,46 @@ class KafkaConfig:
         return conf
 
 
+class IngressFormat(enum.Enum):
+    """The request format an ingress topic carries (README, "Compatible formats")."""
+
+    NATIVE = "native"  # Future / Cancel / FutureBatch protobuf, as on `timer-request`
+    ETF1 = "etf1"  # kafka-message-scheduler: payload + scheduler-* headers
+    COUNTDOWN = "countdown"  # JSON {"topic", "message", "countdown"}
+
+
+def parse_ingress(raw: str, name: str = "TIMERS_INGRESS_TOPICS") -> tuple[tuple[str, IngressFormat], ...]:
+    """``"schedules=etf1,delays=countdown"`` → ((topic, format), ...), in the order given."""
+    pairs: list[tuple[str, IngressFormat]] = []
+    allowed = ", ".join(f.value for f in IngressFormat)
+    for item in (part.strip() for part in raw.split(",")):
+        if not item:
+            continue
+        topic, sep, fmt = (s.strip() for s in item.partition("="))
+        if not sep or not topic or not fmt:
+            raise ConfigError(f"{name}: {item!r} is not topic=format (formats: {allowed})")
+        try:
+            pairs.append((topic, IngressFormat(fmt.lower())))
+        except ValueError as exc:
+            raise ConfigError(f"{name}: {item!r} names an unknown format (formats: {allowed})") from exc
+    topics = [topic for topic, _ in pairs]
+    if len(set(topics)) != len(topics):
+        raise ConfigError(f"{name}: a topic is listed twice in {raw!r}")
+    return tuple(pairs)
+
+
 @dataclass(frozen=True)
 class TopicsConfig:
-    """Topic names. Environment: ``TIMERS_TOPIC_*``."""
+    """Topic names. Environment: ``TIMERS_TOPIC_*`` and ``TIMERS_INGRESS_TOPICS``."""
 
     oscillator: str = "oscillator"
     request: str = "timer-request"
     events: str = "timer-events"
     dlq: str = "timer-request-dlq"
     partitions: int = 4
+    #: Extra request topics and the format each carries, co-partitioned with
+    #: ``oscillator`` like ``request`` (which always carries the native format).
+    ingress: tuple[tuple[str, IngressFormat], ...] = ()
 
     @classmethod
     def from_env(cls, env: Env | None = None) -> TopicsConfig:
@@ -211,15 +253,40 @@ class TopicsConfig:
             events=_get(env, "TIMERS_TOPIC_EVENTS", cls.events) or "",
             dlq=_get(env, "TIMERS_TOPIC_DLQ", cls.dlq) or "",
             partitions=env_int(env, "TIMERS_PARTITIONS", cls.partitions),
+            ingress=parse_ingress(_get(env, "TIMERS_INGRESS_TOPICS", "") or ""),
         )
         if topics.partitions < 1:
             raise ConfigError(f"TIMERS_PARTITIONS={topics.partitions}: must be at least 1")
+        clash = {t for t, _ in topics.ingress} & {
+            topics.oscillator,
+            topics.request,
+            topics.events,
+            topics.dlq,
+        }
+        if clash:
+            raise ConfigError(
+                f"TIMERS_INGRESS_TOPICS: {', '.join(sorted(clash))} is already one of the service's topics"
+            )
         return topics
 
     @property
     def own(self) -> frozenset[str]:
         """The service's own topics: never a valid callback target."""
-        return frozenset({self.oscillator, self.request, self.events, self.dlq})
+        return frozenset({self.oscillator, self.request, self.events, self.dlq, *self.ingress_formats})
+
+    @property
+    def ingress_formats(self) -> dict[str, IngressFormat]:
+        """Every request topic the worker consumes → its format; ``request`` first."""
+        return {self.request: IngressFormat.NATIVE, **dict(self.ingress)}
+
+    def format_of(self, topic: str) -> IngressFormat | None:
+        """The format ``topic`` carries, or None when it is not a request topic."""
+        if topic == self.request:
+            return IngressFormat.NATIVE
+        for name, fmt in self.ingress:
+            if name == topic:
+                return fmt
+        return None
 
 
 @dataclass(frozen=True)

@@ -33,6 +33,12 @@ class Header(_message.Message):
     value: bytes
     def __init__(self, key: _Optional[str] = ..., value: _Optional[bytes] = ...) -> None: ...
 
+class FutureBatch(_message.Message):
+    __slots__ = ("futures",)
+    FUTURES_FIELD_NUMBER: _ClassVar[int]
+    futures: _containers.RepeatedCompositeFieldContainer[Future]
+    def __init__(self, futures: _Optional[_Iterable[_Union[Future, _Mapping]]] = ...) -> None: ...
+
 class Cancel(_message.Message):
     __slots__ = ("id",)
     ID_FIELD_NUMBER: _ClassVar[int]
@@ -50,16 +56,18 @@ class Tick(_message.Message):
     def __init__(self, second: _Optional[int] = ..., source: _Optional[str] = ..., emitted_ms: _Optional[int] = ...) -> None: ...
 
 class StoredTimer(_message.Message):
-    __slots__ = ("future", "source_partition", "source_offset", "accepted_ms")
+    __slots__ = ("future", "source_partition", "source_offset", "accepted_ms", "source_topic")
     FUTURE_FIELD_NUMBER: _ClassVar[int]
     SOURCE_PARTITION_FIELD_NUMBER: _ClassVar[int]
     SOURCE_OFFSET_FIELD_NUMBER: _ClassVar[int]
     ACCEPTED_MS_FIELD_NUMBER: _ClassVar[int]
+    SOURCE_TOPIC_FIELD_NUMBER: _ClassVar[int]
     future: Future
     source_partition: int
     source_offset: int
     accepted_ms: int
-    def __init__(self, future: _Optional[_Union[Future, _Mapping]] = ..., source_partition: _Optional[int] = ..., source_offset: _Optional[int] = ..., accepted_ms: _Optional[int] = ...) -> None: ...
+    source_topic: str
+    def __init__(self, future: _Optional[_Union[Future, _Mapping]] = ..., source_partition: _Optional[int] = ..., source_offset: _Optional[int] = ..., accepted_ms: _Optional[int] = ..., source_topic: _Optional[str] = ...) -> None: ...
 
 class TimerEvent(_message.Message):
     __slots__ = ("id", "kind", "due_ms", "at_ms", "partition", "source_offset", "reason", "callback_topic")

@@ -1,8 +1,9 @@
 """Create and verify the service's topics.
 
-``oscillator`` and ``timer-request`` must have the same partition count: a tick in
+``oscillator``, ``timer-request`` and the extra ingress topics
+(``TIMERS_INGRESS_TOPICS``) must have the same partition count: a tick in
 partition p advances the clock of the timers requested in partition p, and the
-Faust worker co-partitions both topics (and the timer table) on that number.
+Faust worker co-partitions these topics (and the timer table) on that number.
 """
 
 from __future__ import annotations
@@ -37,6 +38,8 @@ def topic_specs(common: CommonConfig) -> list[TopicSpec]:
         TopicSpec(t.request, t.partitions, {}),
         TopicSpec(t.events, t.partitions, {}),
         TopicSpec(t.dlq, t.partitions, {}),
+        # Extra ingress topics feed the same table partitions as `timer-request`.
+        *(TopicSpec(name, t.partitions, {}) for name, _ in t.ingress),
     ]
 
 
@@ -95,7 +98,8 @@ def verify_topics(common: CommonConfig, admin: AdminClient | None = None, timeou
     """
     admin = admin or admin_client(common)
     t = common.topics
-    names = [t.oscillator, t.request, t.events, t.dlq]
+    ingress = [name for name, _ in t.ingress]
+    names = [t.oscillator, t.request, t.events, t.dlq, *ingress]
     counts = partition_counts(admin, names, timeout_s)
     missing = [n for n in names if n not in counts]
     if missing:
@@ -111,4 +115,12 @@ def verify_topics(common: CommonConfig, admin: AdminClient | None = None, timeou
             f"(ticks are disposable): delete it, then run "
             f"`timers topics create --partitions {counts[t.request]}`."
         )
+    for name in ingress:
+        if counts[name] != counts[t.oscillator]:
+            raise TopicLayoutError(
+                f"ingress topic {name!r} has {counts[name]} partitions but {t.oscillator!r} has "
+                f"{counts[t.oscillator]}: they must be equal, because a tick in partition p drives the "
+                f"timers requested in partition p of every request topic. Recreate {name!r} with "
+                f"{counts[t.oscillator]} partitions, or list a topic that has them in TIMERS_INGRESS_TOPICS."
+            )
     return counts[t.request]

@@ -9,11 +9,12 @@ from __future__ import annotations
 import struct
 from collections.abc import Iterable, Sequence
 
-from ktimers.timers_pb2 import Cancel, Future, Header, StoredTimer, Tick, TimerEvent
+from ktimers.timers_pb2 import Cancel, Future, FutureBatch, Header, StoredTimer, Tick, TimerEvent
 
 __all__ = [
     "Cancel",
     "Future",
+    "FutureBatch",
     "Header",
     "StoredTimer",
     "Tick",
@@ -21,6 +22,7 @@ __all__ = [
     "KIND_HEADER",
     "KIND_CANCEL",
     "KIND_FUTURE",
+    "KIND_BATCH",
     "H_ID",
     "H_DUE_MS",
     "H_TOKEN",
@@ -30,6 +32,7 @@ __all__ = [
     "H_SOURCE_TOPIC",
     "H_SOURCE_PARTITION",
     "H_SOURCE_OFFSET",
+    "H_SOURCE_INDEX",
     "KafkaHeaders",
     "header_value",
     "encode_second_key",
@@ -44,6 +47,8 @@ __all__ = [
 KIND_HEADER = "kt-kind"
 KIND_FUTURE = b"future"
 KIND_CANCEL = b"cancel"
+# A FutureBatch: many Futures in one record, all held by the record's partition.
+KIND_BATCH = b"batch"
 
 # Headers the worker adds to every callback record.
 H_ID = "kt-id"  # timer id: receivers drop repeats by it
@@ -57,6 +62,8 @@ H_ERROR = "kt-error"  # human-readable detail
 H_SOURCE_TOPIC = "kt-source-topic"
 H_SOURCE_PARTITION = "kt-source-partition"
 H_SOURCE_OFFSET = "kt-source-offset"
+# Position of the rejected Future inside a FutureBatch record (0-based).
+H_SOURCE_INDEX = "kt-source-index"
 
 KafkaHeaders = Sequence[tuple[str, bytes | None]]
 

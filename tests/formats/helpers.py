@@ -1,0 +1,71 @@
+"""Building request records and parsing them as the worker does."""
+
+from __future__ import annotations
+
+from futures.config import WorkerConfig
+from futures.records import SourceRecord
+from futures.requests import CancelRequest, Rejection, Request, Schedule, parse_record
+from ktimers.config import CommonConfig, IngressFormat, TopicsConfig
+
+NOW_MS = 1_794_999_000_123
+SENT_MS = 1_794_998_999_000  # the request record's timestamp
+ETF1_TOPIC = "schedules"
+COUNTDOWN_TOPIC = "delays"
+
+CONFIG = WorkerConfig(
+    common=CommonConfig(
+        topics=TopicsConfig(
+            ingress=((ETF1_TOPIC, IngressFormat.ETF1), (COUNTDOWN_TOPIC, IngressFormat.COUNTDOWN))
+        )
+    ),
+    allowed_callback_topics=("cb-*", "online-videos", "T"),
+    max_payload_bytes=100,
+    max_due_ahead_s=400 * 86400,
+)
+
+Headers = tuple[tuple[str, bytes | None], ...]
+
+
+def record(
+    topic: str,
+    value: bytes | None,
+    key: bytes | None = None,
+    *,
+    headers: Headers = (),
+    partition: int = 2,
+    offset: int = 17,
+    timestamp_ms: int = SENT_MS,
+) -> SourceRecord:
+    return SourceRecord(topic, partition, offset, key, value, headers, timestamp_ms)
+
+
+def parse(rec: SourceRecord, config: WorkerConfig = CONFIG) -> list[Request]:
+    return parse_record(rec, config, NOW_MS)
+
+
+def one(rec: SourceRecord, config: WorkerConfig = CONFIG) -> Request:
+    requests = parse(rec, config)
+    assert len(requests) == 1, requests
+    return requests[0]
+
+
+def scheduled(rec: SourceRecord, config: WorkerConfig = CONFIG) -> Schedule:
+    result = one(rec, config)
+    assert isinstance(result, Schedule), result
+    return result
+
+
+def rejected(rec: SourceRecord, config: WorkerConfig = CONFIG) -> Rejection:
+    result = one(rec, config)
+    assert isinstance(result, Rejection), result
+    return result
+
+
+def cancelled(rec: SourceRecord, config: WorkerConfig = CONFIG) -> CancelRequest:
+    result = one(rec, config)
+    assert isinstance(result, CancelRequest), result
+    return result
+
+
+def headers_of(schedule: Schedule) -> list[tuple[str, bytes]]:
+    return [(h.key, h.value) for h in schedule.timer.future.headers]
