@@ -5,14 +5,17 @@ VENV := .venv
 BIN := $(VENV)/bin
 # Written after a successful install: pip runs again only when its inputs change.
 STAMP := $(VENV)/.installed
-LINT_PATHS := ktimers futures oscillator tools
+LINT_PATHS := ktimers futures oscillator tools bench helm/kafka-timers/files
 
 SHELL := bash
 .SHELLFLAGS := -euo pipefail -c
 .DEFAULT_GOAL := help
 .DELETE_ON_ERROR:
 
-.PHONY: help venv install constraints proto lint test run topics clean distclean
+.PHONY: help venv install constraints proto lint test run topics clean distclean redis bench bench-full
+.PHONY: java compact replay report
+.PHONY: helm-lint promtool
+.PHONY: browser
 
 help: ## list the targets
 	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z_-]+:.*## / {printf "  %-12s %s\n", $$1, $$2}' \
@@ -42,11 +45,51 @@ lint: $(STAMP) ## ruff check, ruff format --check, mypy
 	$(BIN)/ruff format --check
 	$(BIN)/mypy $(LINT_PATHS)
 
-test: $(STAMP) lint ## lint, then every test (starts its own embedded broker)
+test: $(STAMP) redis java browser promtool lint helm-lint ## lint, then every test (starts its own embedded broker)
 	$(BIN)/pytest
 
 run: $(STAMP) ## broker, topics, oscillator, worker and a demo; Ctrl-C stops (RUN_SECONDS=N: after N s)
 	$(BIN)/python tools/devstack.py
+
+redis: ## install Debian's redis-server (the benchmarks' Redis baseline) if it is missing
+	@command -v redis-server >/dev/null || { \
+		SUDO=$$(test "$$(id -u)" = 0 || echo sudo); \
+		$$SUDO apt-get update -qq && $$SUDO apt-get install -y -qq redis-server; }
+
+bench: $(STAMP) redis ## measure (< 5 min): docs/BENCHMARKS.md and docs/bench/*.png; any Kafka: KAFKA_BOOTSTRAP_SERVERS
+	$(BIN)/python -m bench --profile quick
+
+bench-full: $(STAMP) redis ## the large sizes: a 1 M-timer hot second, 10 M pending timers (long)
+	$(BIN)/python -m bench --profile full
+
+java: ## install Java 17 for PySpark (Debian's openjdk-17-jre-headless) if java is missing or older
+	@v=$$( (java -version 2>&1 || true) | awk -F'"' '/version/ {split($$2, p, "."); print p[1]; exit}'); \
+	if [ -z "$$v" ] || [ "$$v" -lt 17 ]; then \
+		SUDO=$$(test "$$(id -u)" = 0 || echo sudo); \
+		$$SUDO apt-get update -qq && $$SUDO apt-get install -y -qq openjdk-17-jre-headless; fi
+
+browser: ## install Debian's chromium (the admin page's browser test drives it) if it is missing
+	@test -x /usr/bin/chromium || { \
+		SUDO=$$(test "$$(id -u)" = 0 || echo sudo); \
+		$$SUDO apt-get update -qq && $$SUDO apt-get install -y -qq chromium; } || \
+		echo "make browser: could not install chromium; tests/admin/test_page.py will be skipped" >&2
+
+compact: $(STAMP) java ## snapshot the pending timers of timer-request (ARGS='--out DIR --publish TOPIC ...')
+	$(BIN)/timers-compact $(ARGS)
+
+replay: $(STAMP) java ## re-publish timers (ARGS='--snapshot DIR'), or callbacks (ARGS='--from-log --to-topic T --due-from A --due-to B')
+	$(BIN)/timers-replay $(ARGS)
+
+report: $(STAMP) java ## due-time histogram and fire lateness as a table and a PNG (ARGS='--snapshot DIR')
+	$(BIN)/timers-report $(ARGS)
+
+helm-lint: $(STAMP) promtool ## the Helm chart and Dockerfile, offline: lint, render, Kubernetes schemas, alerts
+	$(BIN)/pytest tests/helm -q -m "not integration"
+
+promtool: ## install Debian's prometheus package for promtool (checks the chart's alert rules) if missing
+	@command -v promtool >/dev/null || { \
+		SUDO=$$(test "$$(id -u)" = 0 || echo sudo); \
+		$$SUDO apt-get update -qq && $$SUDO apt-get install -y -qq --no-install-recommends prometheus; }
 
 topics: $(STAMP) ## create the service's topics on KAFKA_BOOTSTRAP_SERVERS (then check the layout)
 	@test -n "$${KAFKA_BOOTSTRAP_SERVERS:-}" || \

@@ -9,7 +9,7 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ktimers.config import CommonConfig, Env, env_choice, env_float, env_int
+from ktimers.config import CommonConfig, Env, Secret, env_bool, env_choice, env_float, env_int
 from ktimers.errors import ConfigError
 
 # Kafka's own rule for topic names.
@@ -57,6 +57,15 @@ class WorkerConfig:
     ingest_batch_within_s: float = 0.05
     #: Timers dispatched per produce/flush round when a second is due.
     fire_chunk_size: int = 20_000
+    #: Precise mode: on tick s, also take the timers due by s + 1 and send each
+    #: at its own millisecond (by this worker's clock), instead of all at the next tick.
+    precise: bool = False
+    #: Bearer token the admin API's mutating calls (cancel, reschedule) require;
+    #: None disables them (the admin API and page are then read-only).
+    admin_token: Secret | None = None
+    #: The admin page shows a partition red when its clock (watermark) is this many
+    #: seconds behind the worker's clock.
+    admin_stall_after_s: float = 5.0
 
     @classmethod
     def from_env(cls, env: Env | None = None) -> WorkerConfig:
@@ -82,6 +91,9 @@ class WorkerConfig:
             ingest_batch_size=env_int(env, "TIMERS_INGEST_BATCH_SIZE", cls.ingest_batch_size),
             ingest_batch_within_s=env_float(env, "TIMERS_INGEST_BATCH_WITHIN_S", cls.ingest_batch_within_s),
             fire_chunk_size=env_int(env, "TIMERS_FIRE_CHUNK_SIZE", cls.fire_chunk_size),
+            precise=env_bool(env, "TIMERS_PRECISE", cls.precise),
+            admin_token=Secret(token) if (token := env.get("TIMERS_ADMIN_TOKEN", "").strip()) else None,
+            admin_stall_after_s=env_float(env, "TIMERS_ADMIN_STALL_AFTER_S", cls.admin_stall_after_s),
         )
         config.validate()
         return config
@@ -99,6 +111,10 @@ class WorkerConfig:
             raise ConfigError("TIMERS_MAX_PAYLOAD_BYTES must be >= 1")
         if self.ingest_batch_size < 1 or self.fire_chunk_size < 1:
             raise ConfigError("TIMERS_INGEST_BATCH_SIZE and TIMERS_FIRE_CHUNK_SIZE must be >= 1")
+        if self.admin_token is not None and len(self.admin_token.get_secret_value()) < 16:
+            raise ConfigError("TIMERS_ADMIN_TOKEN is too short: use at least 16 random characters")
+        if self.admin_stall_after_s <= 0:
+            raise ConfigError("TIMERS_ADMIN_STALL_AFTER_S must be > 0")
 
     @property
     def changelog_topic(self) -> str:

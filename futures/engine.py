@@ -19,7 +19,7 @@ import asyncio
 import logging
 import time
 from collections import defaultdict
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 
 from confluent_kafka import KafkaError
@@ -28,8 +28,9 @@ from futures.config import LatePolicy, WorkerConfig
 from futures.kafka import Deliveries, KafkaWriter, is_permanent
 from futures.metrics import WorkerMetrics
 from futures.records import SourceRecord
-from futures.requests import CancelRequest, Rejection, Schedule, parse_request, seed_id
-from futures.table import PartitionTimers, Record, progress_record, table_key
+from futures.requests import CancelRequest, RequestParser, Schedule, seed_id
+from futures.status import WorkerStatus
+from futures.table import DueTimer, PartitionTimers, Record, progress_record, table_key, topic_progress_record
 from ktimers.wire import (
     H_DUE_MS,
     H_ERROR,
@@ -49,6 +50,11 @@ from ktimers.wire import (
 log = logging.getLogger(__name__)
 
 Kind = TimerEvent.Kind
+# Kind.X goes through the enum wrapper's __getattr__ (~0.7 µs): too slow per timer.
+_SCHEDULED = TimerEvent.SCHEDULED
+_FIRED = TimerEvent.FIRED
+#: Precise mode: timers staged by ingest between two chances for the sending window to run.
+_WINDOW_YIELD_EVERY = 200
 
 
 def wall_clock_ms() -> int:
@@ -87,9 +93,26 @@ class _Changes:
     pending_delta: int = 0
     watermark: int | None = None  # new watermark (epoch s), when the clock moved
     request_offset: int | None = None  # last `timer-request` offset applied, when requests were
+    # Last offset applied of each other ingress topic (TIMERS_INGRESS_TOPICS).
+    topic_offsets: dict[str, int] = field(default_factory=dict)
+    scheduled: int = 0  # timers accepted into the table, counted once the write is durable
     # Ids touched in this batch → due ms (None = removed): later requests in the
     # same batch must see earlier ones before anything reaches the table.
     overlay: dict[str, int | None] = field(default_factory=dict)
+
+
+@dataclass
+class _Window:
+    """Precise mode: the timers of one partition due within the next second, being sent one by one.
+
+    They stay in the table until sent (a crash re-sends them); a cancel or a
+    new version arriving meanwhile takes its timer out of the window.
+    """
+
+    held: set[str]
+    sent: set[str] = field(default_factory=set)
+    removed: set[str] = field(default_factory=set)  # cancelled or replaced by ingest meanwhile
+    task: asyncio.Task[None] | None = None
 
 
 @dataclass
@@ -109,6 +132,7 @@ class TimerEngine:
         *,
         owns: Callable[[int], bool] = lambda partition: True,
         lock: asyncio.Lock | None = None,
+        status: WorkerStatus | None = None,
     ) -> None:
         self.config = config
         self._tables = tables
@@ -121,40 +145,76 @@ class TimerEngine:
         # overlay, the watermark checks and the changelog order consistent.
         # The store shares it, to close revoked partitions between mutations.
         self._lock = lock or asyncio.Lock()
+        self.status = status or WorkerStatus()  # what the admin API shows
         self._side = Deliveries()  # events and dead letters since the last commit
+        self._windows: dict[int, _Window] = {}  # precise mode, by partition
 
     # -- request → table -------------------------------------------------------
 
     async def ingest(self, records: Sequence[SourceRecord]) -> None:
-        """Apply a batch of `timer-request` records; durable when this returns."""
+        """Apply a batch of request records of any ingress topic; durable when this returns.
+
+        A record may hold many timers (a ``FutureBatch``): every
+        ``fire_chunk_size`` timers the records parsed so far are made durable,
+        so one call never holds more than that in memory.
+        """
         async with self._lock:
             records = self._owned(records)
             now = self._clock()
+            parser = RequestParser(self.config, now)
             changes: dict[int, _Changes] = defaultdict(_Changes)
             fire_now: list[tuple[int, StoredTimer]] = []
+            staged = yielded = 0
             for record in records:
-                if record.offset <= self._tables(record.partition).request_offset:
+                if record.offset <= self._applied_offset(record):
                     # Applied before a restart or rebalance, read again from an
                     # older committed offset: applying it twice could fire twice.
                     self.metrics.requests_skipped.inc()
                     continue
                 part = changes[record.partition]
-                part.request_offset = record.offset
-                request = parse_request(record, self.config, now)
-                if isinstance(request, Rejection):
-                    self._reject(request.record, request.reason, request.detail, request.timer_id)
-                elif isinstance(request, CancelRequest):
-                    self._cancel(request, part)
+                table = self._tables(record.partition)
+                if record.topic == self._topics.request:
+                    part.request_offset = record.offset
                 else:
-                    late = self._schedule(request, part, now)
-                    if late is not None:
-                        fire_now.append((record.partition, late))
-            if fire_now:
-                outcome = await self._fire(fire_now, self._clock())
-                for i in outcome.transient:
-                    partition, timer = fire_now[i]
-                    self._keep_for_retry(partition, timer, changes[partition])
-            await self._commit(changes)
+                    part.topic_offsets[record.topic] = record.offset
+                for request in parser.parse(record):
+                    staged += 1
+                    if isinstance(request, Schedule):
+                        late = self._schedule(request, part, now, table)
+                        if late is not None:
+                            fire_now.append((record.partition, late))
+                    elif isinstance(request, CancelRequest):
+                        self._cancel(request, part)
+                    else:
+                        self._reject(request.record, request.reason, request.detail, request.timer_id)
+                if staged >= self.config.fire_chunk_size:
+                    await self._apply_staged(changes, fire_now)
+                    changes, fire_now, staged, yielded = defaultdict(_Changes), [], 0, 0
+                elif self._windows and staged >= yielded + _WINDOW_YIELD_EVERY:
+                    # A precise window is sending timers at their millisecond:
+                    # let it run between requests (it does not touch the tables).
+                    yielded = staged
+                    await asyncio.sleep(0)
+            await self._apply_staged(changes, fire_now)
+
+    def _applied_offset(self, record: SourceRecord) -> int:
+        """The last offset of the record's topic and partition already in the table."""
+        table = self._tables(record.partition)
+        if record.topic == self._topics.request:
+            return table.request_offset
+        return table.topic_offset(record.topic)
+
+    async def _apply_staged(
+        self, changes: dict[int, _Changes], fire_now: list[tuple[int, StoredTimer]]
+    ) -> None:
+        """Fire the late timers of an ingest step, then write the step to the changelog and the tables."""
+        if fire_now:
+            outcome = await self._fire(fire_now, self._clock())
+            for i in outcome.transient:
+                partition, timer = fire_now[i]
+                self._keep_for_retry(partition, timer, changes[partition])
+        await self._commit(changes)
+        self.metrics.scheduled.inc(sum(part.scheduled for part in changes.values()))
 
     def _owned(self, records: Sequence[SourceRecord]) -> Sequence[SourceRecord]:
         """Drop records of partitions revoked while they were buffered: the new owner reads them."""
@@ -175,6 +235,22 @@ class TimerEngine:
         part.overlay[timer.future.id] = retry_ms
         part.pending_delta += 1
 
+    def _take_from_window(self, partition: int, timer_id: str) -> bool:
+        """For a cancel: take the timer out of a precise window; True if it was sent already."""
+        window = self._windows.get(partition)
+        if window is None or timer_id not in window.held:
+            return False
+        if timer_id in window.sent:
+            return True
+        window.removed.add(timer_id)
+        return False
+
+    def _withdraw(self, partition: int, timer_id: str) -> None:
+        """For a new version: the window must neither send nor delete the old one."""
+        window = self._windows.get(partition)
+        if window is not None and timer_id in window.held:
+            window.removed.add(timer_id)
+
     def _current_due(self, part: _Changes, table: PartitionTimers, timer_id: str) -> int | None:
         if timer_id in part.overlay:
             return part.overlay[timer_id]
@@ -184,6 +260,8 @@ class TimerEngine:
         partition = request.record.partition
         table = self._tables(partition)
         due = self._current_due(part, table, request.timer_id)
+        if due is not None and self._take_from_window(partition, request.timer_id):
+            due = None  # sent by precise mode a moment ago; its deletion is on the way
         if due is None:
             self.metrics.cancel_missed.inc()
             self._event(
@@ -199,12 +277,18 @@ class TimerEngine:
         self.metrics.cancelled.inc()
         self._event(request.timer_id, Kind.CANCELLED, partition, due_ms=due)
 
-    def _schedule(self, request: Schedule, part: _Changes, now: int) -> StoredTimer | None:
-        """Stage a schedule; return the timer when it is already due and must fire now."""
+    def _schedule(
+        self, request: Schedule, part: _Changes, now: int, table: PartitionTimers
+    ) -> StoredTimer | None:
+        """Stage a schedule; return the timer when it is already due and must fire now.
+
+        Runs once per timer at bulk ingest rates (a FutureBatch): keep it lean.
+        """
         partition = request.record.partition
-        table = self._tables(partition)
         timer_id, due_ms = request.timer_id, request.due_ms
         old_due = self._current_due(part, table, timer_id)
+        if old_due is not None and self._windows:
+            self._withdraw(partition, timer_id)
         new_key = table_key(due_ms, timer_id)
         if old_due is not None and table_key(old_due, timer_id) != new_key:
             # Latest wins: the older version is removed, not fired.
@@ -235,14 +319,19 @@ class TimerEngine:
         part.overlay[timer_id] = due_ms
         if old_due is None:
             part.pending_delta += 1
-        self.metrics.scheduled.inc()
-        self._event(
-            timer_id,
-            Kind.SCHEDULED,
-            partition,
+        part.scheduled += 1
+        # What _event does, with the batch's clock: this is the per-timer hot path.
+        event = TimerEvent(
+            id=timer_id,
+            kind=_SCHEDULED,
             due_ms=due_ms,
+            at_ms=now,
+            partition=partition,
             source_offset=request.record.offset,
             callback_topic=request.timer.future.callBackTopic,
+        )
+        self._writer.produce(
+            self._topics.events, timer_id.encode(), event.SerializeToString(), deliveries=self._side
         )
         return None
 
@@ -259,13 +348,19 @@ class TimerEngine:
                 log.warning("ignoring tick %s with key %r: not an epoch second", record.where(), record.key)
                 continue
             received[record.partition] += 1
+            self.status.tick(record, second)
             if second > latest.get(record.partition, -1):
                 latest[record.partition] = second
         if not latest:
             return
+        # The previous precise window ends at this very second: let it finish
+        # sending and deleting, so this tick's scan does not see its timers.
+        await self._windows_done(latest)
         async with self._lock:
             changes: dict[int, _Changes] = {}
             for partition, second in sorted(latest.items()):
+                if not self._owns(partition):
+                    continue  # revoked by a rebalance while this batch waited for the lock
                 target = self._trusted_second(partition, second)
                 if target is None:
                     continue
@@ -274,6 +369,10 @@ class TimerEngine:
                     part.watermark = target
                 changes[partition] = part
             await self._commit(changes)
+            if self.config.precise:
+                for partition, part in changes.items():
+                    if part.watermark is not None:
+                        self._open_window(partition, part.watermark)
         # Every tick that did not move a clock — older, repeated, or one of
         # several oscillators' copies of the same second — is a duplicate.
         advanced = sum(1 for part in changes.values() if part.watermark is not None)
@@ -330,30 +429,112 @@ class TimerEngine:
             part.records.clear()
             part.pending_delta = 0
 
+    # -- precise mode ------------------------------------------------------------
+
+    def _open_window(self, partition: int, second: int) -> None:
+        """Take the timers due by ``second + 1`` (called under the lock, the watermark at ``second``)."""
+        due = self._tables(partition).due_by((second + 1) * 1000, self.config.fire_chunk_size)
+        if not due:
+            return
+        window = _Window(held={d.timer_id for d in due})
+        self._windows[partition] = window
+        window.task = asyncio.get_running_loop().create_task(self._send_window(partition, window, due))
+
+    async def _windows_done(self, partitions: Iterable[int]) -> None:
+        for partition in partitions:
+            window = self._windows.get(partition)
+            if window is not None and window.task is not None:
+                await asyncio.shield(window.task)
+
+    async def _send_window(self, partition: int, window: _Window, due: list[DueTimer]) -> None:
+        """Send each timer at its due millisecond, then delete what was sent.
+
+        Runs without the lock while it waits, so ingest goes on; a timer that
+        ingest cancels or replaces meanwhile is skipped (``window.removed``).
+        Never early: a timer is sent when this worker's clock has reached its due time.
+        """
+        try:
+            deliveries = Deliveries()
+            sent: list[tuple[int, DueTimer, StoredTimer, int]] = []
+            for item in due:
+                wait_ms = item.due_ms - self._clock()
+                if wait_ms > 0:
+                    await asyncio.sleep(wait_ms / 1000)
+                if item.timer_id in window.removed:
+                    continue
+                timer = StoredTimer.FromString(item.value)
+                fired_ms = self._clock()
+                self._produce_callback(timer, fired_ms, deliveries, len(sent))
+                window.sent.add(item.timer_id)
+                sent.append((partition, item, timer, fired_ms))
+            await self._writer.flush()
+            async with self._lock:
+                if not self._owns(partition):
+                    return  # the new owner re-sends them: at least once
+                outcome = self._settle([(p, t) for p, _, t, _ in sent], deliveries, [f for *_, f in sent])
+                part = _Changes()
+                for i in outcome.done:
+                    if sent[i][1].timer_id not in window.removed:
+                        part.records.append((sent[i][1].key, None))
+                        part.pending_delta -= 1
+                # Transient failures stay in the table: the next tick's scan retries them.
+                await self._commit({partition: part})
+        finally:
+            if self._windows.get(partition) is window:
+                del self._windows[partition]
+
+    # -- dispatch ------------------------------------------------------------------
+
+    def _produce_callback(
+        self, timer: StoredTimer, fired_ms: int, deliveries: Deliveries, index: int
+    ) -> None:
+        future = timer.future
+        self._writer.produce(
+            future.callBackTopic,
+            future.callBackKey.encode(),
+            future.callBack,
+            headers=callback_headers(timer, fired_ms),
+            deliveries=deliveries,
+            index=index,
+        )
+
     async def _fire(self, timers: Sequence[tuple[int, StoredTimer]], fired_ms: int) -> _FireOutcome:
         """Produce callbacks and wait for every delivery report."""
         deliveries = Deliveries()
         for i, (_, timer) in enumerate(timers):
-            future = timer.future
-            self._writer.produce(
-                future.callBackTopic,
-                future.callBackKey.encode(),
-                future.callBack,
-                headers=callback_headers(timer, fired_ms),
-                deliveries=deliveries,
-                index=i,
-            )
+            self._produce_callback(timer, fired_ms, deliveries, i)
         await self._writer.flush()
+        return self._settle(timers, deliveries, [fired_ms] * len(timers))
+
+    def _settle(
+        self, timers: Sequence[tuple[int, StoredTimer]], deliveries: Deliveries, fired: Sequence[int]
+    ) -> _FireOutcome:
+        """Count, record and dead-letter by delivery report; say which timers to delete."""
         done, transient = [], []
+        delivered = 0
+        errors = deliveries.errors
+        observe_lateness = self.metrics.lateness.observe
+        now = self._clock()
         for i, (partition, timer) in enumerate(timers):
-            err = deliveries.errors.get(i)
+            err = errors.get(i) if errors else None
             future = timer.future
+            fired_ms = fired[i]
             if err is None:
                 done.append(i)
-                self.metrics.fired.inc()
-                self.metrics.lateness.observe(max(fired_ms - future.due_ms, 0) / 1000)
-                self._event(
-                    future.id, Kind.FIRED, partition, due_ms=future.due_ms, source_offset=timer.source_offset
+                delivered += 1
+                observe_lateness(max(fired_ms - future.due_ms, 0) / 1000)
+                self.status.fired(future.id, partition, future.due_ms, fired_ms)
+                # What _event does, inlined: this runs once per fired timer.
+                event = TimerEvent(
+                    id=future.id,
+                    kind=_FIRED,
+                    due_ms=future.due_ms,
+                    at_ms=now,
+                    partition=partition,
+                    source_offset=timer.source_offset,
+                )
+                self._writer.produce(
+                    self._topics.events, future.id.encode(), event.SerializeToString(), deliveries=self._side
                 )
             elif is_permanent(err):
                 done.append(i)
@@ -366,6 +547,7 @@ class TimerEngine:
                     future.callBackTopic,
                     err.str(),
                 )
+        self.metrics.fired.inc(delivered)
         return _FireOutcome(done, transient)
 
     # -- table writes ----------------------------------------------------------
@@ -380,14 +562,18 @@ class TimerEngine:
         changes = {
             p: c
             for p, c in changes.items()
-            if c.records or c.watermark is not None or c.request_offset is not None
+            if c.records or c.watermark is not None or c.request_offset is not None or c.topic_offsets
         }
         changelog = self.config.changelog_topic
         deliveries = Deliveries()
         staged: dict[int, list[Record]] = {}
         for partition, part in changes.items():
-            staged[partition] = list(part.records)
-            for key, value in part.records:
+            # Other ingress topics' progress follows the records it covers.
+            staged[partition] = [
+                *part.records,
+                *(topic_progress_record(*p) for p in part.topic_offsets.items()),
+            ]
+            for key, value in staged[partition]:
                 self._writer.produce(changelog, key, value, partition=partition, deliveries=deliveries)
         if self.config.common.kafka.settings.isolate_changelog_tail:
             await self._writer.flush()
@@ -439,6 +625,7 @@ class TimerEngine:
     def _reject(self, record: SourceRecord, reason: str, detail: str, timer_id: str) -> None:
         """Dead-letter a request record as it was, with why and where it came from."""
         self.metrics.rejected.labels(reason).inc()
+        self.status.dead_letter(reason)
         log.warning("rejected %s: %s (%s)", record.where(), reason, detail)
         headers = [
             *record.headers,
@@ -465,11 +652,12 @@ class TimerEngine:
         reason = "callback-undeliverable"
         detail = f"{future.callBackTopic}: {err.str()}"
         self.metrics.rejected.labels(reason).inc()
+        self.status.dead_letter(reason)
         log.error("timer %s: callback undeliverable (%s), dead-lettered", future.id, detail)
         headers = [
             (H_REASON, reason.encode()),
             (H_ERROR, detail.encode()),
-            (H_SOURCE_TOPIC, self._topics.request.encode()),
+            (H_SOURCE_TOPIC, (timer.source_topic or self._topics.request).encode()),
             (H_SOURCE_PARTITION, str(timer.source_partition).encode()),
             (H_SOURCE_OFFSET, str(timer.source_offset).encode()),
         ]

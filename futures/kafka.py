@@ -11,7 +11,7 @@ import asyncio
 import functools
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import Protocol, cast
 
 from confluent_kafka import KafkaError, KafkaException, Message, Producer
 
@@ -97,6 +97,9 @@ def producer_config(kafka: KafkaConfig) -> dict[str, str | int | float | bool]:
         "linger.ms": 5,
         "batch.size": 1_000_000,
         "queue.buffering.max.messages": 1_000_000,
+        # Bounds what a hot second can buffer (librdkafka's default is 1 GB);
+        # produce() then waits for room (see KafkaWriter.produce).
+        "queue.buffering.max.kbytes": 128 * 1024,
         "message.timeout.ms": MESSAGE_TIMEOUT_MS,
     }
 
@@ -124,16 +127,28 @@ class KafkaWriter:
     ) -> None:
         """Queue one record; with ``deliveries``, its report lands there under ``index``
         (the next free index when not given)."""
-        kwargs: dict[str, object] = {"key": key, "headers": list(headers) if headers else None}
-        if partition is not None:
-            kwargs["partition"] = partition
+        # Runs three times per fired timer (callback, event, tombstone): no extra allocations.
+        # librdkafka takes a list (or a dict), not any sequence; callers mostly pass lists.
+        header_list = cast(
+            "list[tuple[str, str | bytes | None]] | None",
+            None if not headers else headers if isinstance(headers, list) else list(headers),
+        )
         report = None
         if deliveries is not None:
             report = functools.partial(deliveries.report, deliveries.next_index() if index is None else index)
-            kwargs["on_delivery"] = report
         while True:
             try:
-                self._producer.produce(topic, value, **kwargs)  # type: ignore[arg-type]
+                if partition is None:
+                    self._producer.produce(topic, value, key=key, headers=header_list, on_delivery=report)
+                else:
+                    self._producer.produce(
+                        topic,
+                        value,
+                        key=key,
+                        partition=partition,
+                        headers=header_list,
+                        on_delivery=report,
+                    )
                 return
             except BufferError:
                 # The local queue is full: serve delivery reports to make room.

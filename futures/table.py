@@ -9,6 +9,8 @@ key                    value                       in the changelog?
 ``m:progress``          watermark second (8) and    yes
                        last applied request
                        offset (8), signed
+``m:progress:`` + topic last applied offset (8)     yes
+                       of another ingress topic
 ``i`` + id              due_ms(8)                   no: derived index for cancel/replace
 ``m:pending``           count (8)                   no: derived
 ``m:offset``            changelog offset (8)        no: how far the changelog is applied
@@ -18,7 +20,11 @@ The progress record closes every changelog write. Its request offset makes
 applying `timer-request` idempotent: records at or below it were applied
 already, and are skipped when a restarted or new owner reads them again from
 an older committed consumer offset — otherwise a re-read request for a timer
-that has fired would fire it again.
+that has fired would fire it again. Each other ingress topic feeding this
+partition (``TIMERS_INGRESS_TOPICS``) has its own ``m:progress:<topic>`` record,
+written in the same changelog write after the records it covers and before the
+closing ``m:progress``; a table written before those existed simply has none
+(its ``m:progress`` offset was, and stays, `timer-request`'s).
 
 Because the due time leads the key, "every timer due by second s" is one
 forward range scan, and scheduling k timers into one second is k puts.
@@ -35,19 +41,21 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from rocksdict import Options, Rdict, WriteBatch
+from rocksdict import BlockBasedOptions, Cache, Options, Rdict, WriteBatch
 
 from ktimers.wire import due_prefix, split_timer_key, timer_key
 
 TIMER_PREFIX = b"t"
 INDEX_PREFIX = b"i"
 PROGRESS_KEY = b"m:progress"
+TOPIC_PROGRESS_PREFIX = b"m:progress:"
 PENDING_KEY = b"m:pending"
 OFFSET_KEY = b"m:offset"
 
 _I64 = struct.Struct(">q")
 _PROGRESS = struct.Struct(">qq")
 _U64 = struct.Struct(">Q")
+_U64_MAX = 2**64 - 1
 
 NO_WATERMARK = -1
 NO_OFFSET = -1
@@ -65,6 +73,11 @@ def progress_record(watermark: int, request_offset: int) -> Record:
     return PROGRESS_KEY, _PROGRESS.pack(watermark, request_offset)
 
 
+def topic_progress_record(topic: str, offset: int) -> Record:
+    """Last applied offset of ``topic``, an ingress topic other than `timer-request`."""
+    return TOPIC_PROGRESS_PREFIX + topic.encode(), _I64.pack(offset)
+
+
 @dataclass(frozen=True)
 class DueTimer:
     key: bytes
@@ -73,13 +86,26 @@ class DueTimer:
     value: bytes
 
 
+#: One block cache for every partition table of the process (bytes).
+_BLOCK_CACHE = Cache(32 * 1024 * 1024)
+
+
 def _options() -> Options:
     opts = Options(raw_mode=True)
     opts.create_if_missing(True)
     # Memory stays flat however many timers are pending: small memtables,
     # data lives in SST files on disk.
-    opts.set_write_buffer_size(16 * 1024 * 1024)
+    opts.set_write_buffer_size(8 * 1024 * 1024)
     opts.set_max_write_buffer_number(2)
+    # Index and filter blocks grow with the data; by default RocksDB keeps them
+    # all in memory. In the (bounded, shared) block cache instead, memory stays
+    # flat at any number of pending timers. Ticks scan in key order, so a small
+    # cache loses little; the OS page cache does the rest.
+    table = BlockBasedOptions()
+    table.set_block_cache(_BLOCK_CACHE)
+    table.set_cache_index_and_filter_blocks(True)
+    table.set_pin_l0_filter_and_index_blocks_in_cache(True)
+    opts.set_block_based_table_factory(table)
     return opts
 
 
@@ -94,6 +120,8 @@ class PartitionTimers:
         self.watermark, self.request_offset = (
             _PROGRESS.unpack(progress) if progress is not None else (NO_WATERMARK, NO_OFFSET)
         )
+        #: Last applied offset of each other ingress topic (absent: none applied yet).
+        self.topic_offsets: dict[str, int] = dict(self._read_topic_offsets())
         self.pending = self._read_int(PENDING_KEY, _U64, 0)
         offset = self._read_int(OFFSET_KEY, _I64, -1)
         self.persisted_offset: int | None = None if offset < 0 else offset
@@ -101,6 +129,20 @@ class PartitionTimers:
     def _read_int(self, key: bytes, codec: struct.Struct, default: int) -> int:
         raw = self._db.get(key)
         return default if raw is None else int(codec.unpack(raw)[0])
+
+    def _read_topic_offsets(self) -> Iterator[tuple[str, int]]:
+        it = self._db.iter()
+        it.seek(TOPIC_PROGRESS_PREFIX)
+        while it.valid():
+            key = bytes(it.key())
+            if not key.startswith(TOPIC_PROGRESS_PREFIX):
+                break
+            yield key[len(TOPIC_PROGRESS_PREFIX) :].decode(), int(_I64.unpack(bytes(it.value()))[0])
+            it.next()
+
+    def topic_offset(self, topic: str) -> int:
+        """Last applied offset of ingress topic ``topic`` (not `timer-request`: see ``request_offset``)."""
+        return self.topic_offsets.get(topic, NO_OFFSET)
 
     # -- reads ---------------------------------------------------------------
 
@@ -153,6 +195,33 @@ class PartitionTimers:
             yield DueTimer(key, due_ms, timer_id, bytes(it.value()))
             it.next()
 
+    def iter_range(
+        self, from_ms: int, to_ms: int, after_key: bytes | None = None, limit: int = 100
+    ) -> Iterator[DueTimer]:
+        """Up to ``limit`` pending timers with ``from_ms <= due_ms < to_ms`` (epoch ms), earliest first.
+
+        A bounded range scan for listings and paging: it seeks to the later of
+        ``from_ms`` and the watermark (nothing is pending at or before it; only the
+        tombstones of fired timers lie there) or just past ``after_key`` (the last
+        key of the previous page), and stops at ``to_ms`` or after ``limit`` timers.
+        """
+        first_pending_ms = self.watermark * 1000 + 1 if self.watermark >= 0 else 0
+        start = TIMER_PREFIX + due_prefix(max(from_ms, first_pending_ms, 0))
+        if after_key is not None and after_key >= start:
+            start = after_key + b"\x00"  # the smallest key greater than ``after_key``
+        stop = TIMER_PREFIX + due_prefix(min(to_ms, _U64_MAX))
+        it = self._db.iter()
+        it.seek(start)
+        found = 0
+        while it.valid() and found < limit:
+            key = bytes(it.key())
+            if key >= stop:
+                break
+            due_ms, timer_id = split_timer_key(key[1:])
+            yield DueTimer(key, due_ms, timer_id, bytes(it.value()))
+            found += 1
+            it.next()
+
     # -- writes --------------------------------------------------------------
 
     def apply(self, records: Sequence[Record], offset: int | None, pending_delta: int | None = None) -> None:
@@ -165,6 +234,7 @@ class PartitionTimers:
         batch = WriteBatch(raw_mode=True)
         delta = 0
         watermark, request_offset = self.watermark, self.request_offset
+        topic_offsets: dict[str, int] = {}
         # Whether each timer key exists once the records so far are applied: the
         # batch is not readable before it is written, and a replay batch may put
         # and delete (or put twice) the same key.
@@ -189,15 +259,23 @@ class PartitionTimers:
                 record_watermark, record_offset = _PROGRESS.unpack(value)
                 watermark = max(watermark, record_watermark)
                 request_offset = max(request_offset, record_offset)
+            elif key.startswith(TOPIC_PROGRESS_PREFIX) and value is not None:
+                topic = key[len(TOPIC_PROGRESS_PREFIX) :].decode()
+                record_offset = _I64.unpack(value)[0]
+                known = topic_offsets.get(topic, self.topic_offset(topic))
+                topic_offsets[topic] = max(known, record_offset)
         if pending_delta is not None:
             delta = pending_delta
         pending = max(self.pending + delta, 0)
         batch.put(PENDING_KEY, _U64.pack(pending))
         batch.put(PROGRESS_KEY, _PROGRESS.pack(watermark, request_offset))
+        for topic, topic_offset in topic_offsets.items():
+            batch.put(topic_progress_record(topic, topic_offset)[0], _I64.pack(topic_offset))
         if offset is not None:
             batch.put(OFFSET_KEY, _I64.pack(offset))
         self._db.write(batch)
         self.pending, self.watermark, self.request_offset = pending, watermark, request_offset
+        self.topic_offsets.update(topic_offsets)
         if offset is not None:
             self.persisted_offset = offset
 

@@ -1,4 +1,4 @@
-"""HTTP endpoints on the Faust web server: metrics and health."""
+"""HTTP endpoints on the Faust web server: metrics, health, and the admin API and page."""
 
 from __future__ import annotations
 
@@ -7,13 +7,19 @@ from typing import Any
 import faust
 from prometheus_client import CONTENT_TYPE_LATEST
 
+from futures.admin.views import register_admin
+from futures.config import WorkerConfig
 from futures.metrics import WorkerMetrics
+from futures.status import WorkerStatus
 from futures.store import TimerStore
 
 
-def register_views(app: faust.App, metrics: WorkerMetrics, store: TimerStore) -> None:
-    """``/metrics`` (Prometheus), ``/healthz`` (liveness: the event loop answers) and
-    ``/readyz`` (readiness: partitions assigned and their tables recovered)."""
+def register_views(
+    app: faust.App, metrics: WorkerMetrics, store: TimerStore, config: WorkerConfig, status: WorkerStatus
+) -> None:
+    """``/metrics`` (Prometheus), ``/healthz`` (liveness: the event loop answers),
+    ``/readyz`` (readiness: partitions assigned and their tables recovered), and the
+    admin API (``/api/...``) and page (``/admin/``), see :mod:`futures.admin`."""
 
     @app.page("/metrics")
     async def metrics_view(web: Any, request: Any) -> Any:
@@ -29,3 +35,5 @@ def register_views(app: faust.App, metrics: WorkerMetrics, store: TimerStore) ->
         if store.ready:
             return web.json({"status": "ready", "partitions": partitions})
         return web.json({"status": "recovering", "partitions": partitions}, status=503)
+
+    register_admin(app, config, store, status)

@@ -30,7 +30,7 @@ def build(config: WorkerConfig, partitions: int) -> tuple[faust.App, TimerEngine
     writer = KafkaWriter.connect(config.common.kafka)
     engine = TimerEngine(config, store.partition, writer, metrics, owns=store.owns, lock=store.lock)
     register_agents(timers.app, engine, config)
-    register_views(timers.app, metrics, store)
+    register_views(timers.app, metrics, store, config, engine.status)
 
     # mode types receivers with a positional-only sender that no def can spell.
     @timers.app.on_before_shutdown.connect  # type: ignore[arg-type]

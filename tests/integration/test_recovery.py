@@ -65,4 +65,3 @@ def test_lost_local_state_is_rebuilt_from_the_changelog(running: Stack) -> None:
     assert set(counts) == set(due)
     assert max(counts.values()) == 1
     assert all(c.received_ms >= due[c.timer_id] for c in reader.records)
-

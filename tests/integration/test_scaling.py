@@ -42,7 +42,13 @@ def wait_until_partitions_split(ports: list[int], partitions: int, timeout_s: fl
 
 def survivor_state(stack: Stack) -> dict[str, float]:
     """What to look at when a takeover failed: pending timers, clocks, ticks, requests."""
-    wanted = ("timers_pending", "timers_watermark", "timers_ticks_total", "timers_requests", "timers_scheduled")
+    wanted = (
+        "timers_pending",
+        "timers_watermark",
+        "timers_ticks_total",
+        "timers_requests",
+        "timers_scheduled",
+    )
     return {k: v for k, v in stack.metrics().items() if k.startswith(wanted)}
 
 

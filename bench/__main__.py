@@ -1,0 +1,48 @@
+"""``python -m bench [--profile smoke|quick|full]``: measure, then write the report."""
+
+from __future__ import annotations
+
+import argparse
+import shlex
+import sys
+import time
+from pathlib import Path
+
+from bench.cluster import REPO
+from bench.profiles import PROFILES
+from bench.run import run
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m bench",
+        description="Benchmark kafka-timers against the pass-through ceiling, the Faust floor and the "
+        "Redis sorted-set design, on the embedded broker or KAFKA_BOOTSTRAP_SERVERS.",
+    )
+    parser.add_argument("--profile", choices=sorted(PROFILES), default="quick", help="sizes (default: quick)")
+    parser.add_argument(
+        "--out",
+        type=Path,
+        default=REPO / "docs",
+        help="where BENCHMARKS.md and bench/*.png go (default: docs)",
+    )
+    parser.add_argument(
+        "--work", type=Path, default=None, help="logs, raw arrivals, worker data (default: run/bench-<time>)"
+    )
+    args = parser.parse_args(argv)
+    work = args.work or REPO / "run" / f"bench-{time.strftime('%Y%m%d-%H%M%S')}"
+    command = "python -m bench " + " ".join(
+        shlex.quote(a) for a in (argv if argv is not None else sys.argv[1:])
+    )
+    results, path = run(PROFILES[args.profile], args.out, work, command.strip())
+    print(f"report: {path} ({results.duration_s / 60:.1f} min); logs and raw data: {work}", flush=True)
+    if results.errors:
+        print(
+            f"{len(results.errors)} measurement(s) failed: see the report's Errors section", file=sys.stderr
+        )
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,102 @@
+"""Where the worker's CPU goes during a measurement: py-spy, sampling from outside.
+
+py-spy reads the worker's memory without pausing it (``--nonblocking``) at a low
+rate, so the figures it accompanies are not skewed; it only samples threads that
+are running, so the shares are of CPU time, not of wall time.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import shutil
+import signal
+import subprocess
+import sys
+from collections import Counter
+from collections.abc import Iterator
+from pathlib import Path
+
+from bench.results import ProfileSummary
+
+RATE_HZ = 50
+TOP = 8
+#: Frames of our code: py-spy names files relative to the repository, as `f (path:line)`.
+OUR_PACKAGES = ("(futures/", "(ktimers/")
+#: On every stack of the worker, so they say nothing: the entry point and the agents,
+#: which only hand batches to the engine.
+ENTRY_FILES = ("futures/worker.py", "futures/agents.py")
+
+
+def py_spy() -> str | None:
+    beside = Path(sys.executable).parent / "py-spy"
+    return str(beside) if beside.exists() else shutil.which("py-spy")
+
+
+def summarize(raw: str, phase: str) -> ProfileSummary:
+    """py-spy ``--format raw`` (``frame;frame;... count`` per line) → top functions by own samples."""
+    own: Counter[str] = Counter()
+    ours: Counter[str] = Counter()
+    total = 0
+    for line in raw.splitlines():
+        stack, _, count = line.rpartition(" ")
+        if not stack or not count.isdigit():
+            continue
+        frames = stack.split(";")
+        own[frames[-1]] += int(count)
+        # Inclusive, per function (not per line), each counted once per stack.
+        mine = {_function(f) for f in frames if any(p in f for p in OUR_PACKAGES)}
+        ours.update(dict.fromkeys({f for f in mine if not any(e in f for e in ENTRY_FILES)}, int(count)))
+        total += int(count)
+    if not total:
+        return ProfileSummary(phase=phase, samples=0)
+    return ProfileSummary(
+        phase=phase,
+        samples=total,
+        top_self=[(name, 100 * n / total) for name, n in own.most_common(TOP)],
+        top_ours=[(name, 100 * n / total) for name, n in ours.most_common(TOP)],
+    )
+
+
+def _function(frame: str) -> str:
+    """``f (path.py:12)`` → ``f (path.py)``."""
+    name, _, where = frame.partition(" (")
+    return f"{name} ({where.rsplit(':', 1)[0]})" if where else name
+
+
+class Profiler:
+    """Collects one :class:`ProfileSummary` per profiled phase (nothing when disabled)."""
+
+    def __init__(self, enabled: bool, out_dir: Path) -> None:
+        self.binary = py_spy() if enabled else None
+        self.out_dir = out_dir
+        self.summaries: list[ProfileSummary] = []
+        self.problem = "" if self.binary or not enabled else "py-spy not found"
+
+    @contextlib.contextmanager
+    def sample(self, pid: int, phase: str) -> Iterator[None]:
+        if self.binary is None:
+            yield
+            return
+        out = self.out_dir / f"profile-{phase}.txt"
+        argv = [self.binary, "record", "--pid", str(pid), "--nonblocking", "--rate", str(RATE_HZ)]
+        argv += ["--format", "raw", "--output", str(out)]
+        log = self.out_dir / f"profile-{phase}.log"
+        with open(log, "wb") as log_file:
+            process = subprocess.Popen(argv, stdout=log_file, stderr=subprocess.STDOUT)  # noqa: S603
+        try:
+            yield
+        finally:
+            # py-spy writes its output when interrupted, as on Ctrl-C.
+            process.send_signal(signal.SIGINT)
+            try:
+                process.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait()
+            if out.exists():
+                self.summaries.append(summarize(out.read_text(errors="replace"), phase))
+            else:
+                detail = log.read_text(errors="replace").strip().splitlines()[-1:] if log.exists() else []
+                self.summaries.append(
+                    ProfileSummary(phase=phase, samples=0, note=f"py-spy wrote nothing: {' '.join(detail)}")
+                )

@@ -1,0 +1,234 @@
+"""One benchmark run: every measurement in order, on one broker, then the report.
+
+Order: the ceiling; then one service instance for ingest (single, the Faust floor on
+the same records, batched) and the fire workloads; a fresh instance for capacity;
+one in precise mode; then the Redis design with the same workloads. A measurement
+that fails is recorded in the report and the run goes on.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import sys
+import time
+import traceback
+from collections.abc import Callable, Iterator
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import TypeVar
+
+from bench import ceiling, faust_floor, redis_baseline, report, service
+from bench.cluster import PRECISE_ENV, Broker, open_broker, precise_mode_available, service_stack
+from bench.fire import FireContext, scheduled, steady_rate
+from bench.machine import machine, versions
+from bench.profiles import Profile
+from bench.profiling import Profiler
+from bench.results import Fire, Results
+from bench.service import KafkaTimers
+
+T = TypeVar("T")
+
+
+class Run:
+    def __init__(self, profile: Profile, out_dir: Path, work_dir: Path, command: str) -> None:
+        self.profile = profile
+        self.out_dir = out_dir
+        self.work_dir = work_dir
+        self.results = Results(profile=profile.name, started=datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC"))
+        self.results.command = command
+        self.results.steady_lead_s = profile.steady_lead_s
+        self.results.sizes = dataclasses.asdict(profile)
+        self.profiler = Profiler(profile.profile_worker, work_dir)
+        self._t0 = time.monotonic()
+
+    def say(self, text: str) -> None:
+        print(f"[{time.monotonic() - self._t0:6.1f}s] {text}", file=sys.stderr, flush=True)
+
+    def attempt(self, what: str, step: Callable[[], T]) -> T | None:
+        """Run one measurement; on failure record it (with the traceback in the work dir) and go on."""
+        self.say(f"{what} ...")
+        try:
+            return step()
+        except Exception as exc:  # noqa: BLE001 - one failed measurement must not lose the others
+            trace = self.work_dir / "errors.log"
+            with open(trace, "a") as log:
+                log.write(f"--- {what}\n{traceback.format_exc()}\n")
+            self.results.errors.append(f"{what}: {exc} (traceback in {trace})")
+            self.say(f"{what} FAILED: {exc}")
+            return None
+
+    @contextlib.contextmanager
+    def block(self, what: str) -> Iterator[None]:
+        """Like :meth:`attempt` for a ``with`` block that sets up shared state."""
+        try:
+            yield
+        except Exception as exc:  # noqa: BLE001
+            with open(self.work_dir / "errors.log", "a") as log:
+                log.write(f"--- {what}\n{traceback.format_exc()}\n")
+            self.results.errors.append(f"{what}: {exc}")
+            self.say(f"{what} FAILED: {exc}")
+
+    def add_fire(self, fire: Fire | None) -> None:
+        if fire is not None:
+            self.results.fires.append(fire)
+            late = fire.lateness
+            self.say(
+                f"  {fire.system} {fire.workload}: {fire.fire_rate:,.0f}/s, "
+                f"{late.received:,}/{late.expected:,} received, lateness p50 {late.p50_ms:,.0f} "
+                f"p99 {late.p99_ms:,.0f} max {late.max_ms:,.0f} ms"
+            )
+
+    def execute(self) -> Results:
+        r, p = self.results, self.profile
+        r.machine, r.versions = machine(), versions()
+        with self.block("broker"), open_broker(self.work_dir) as broker:
+            r.broker = broker.describe()
+            ctx = FireContext(broker, self.work_dir, p.tail_timeout_s, p.load_margin_s)
+            r.ceiling = self.attempt("ceiling", lambda: ceiling.measure(broker, p.ceiling_records))
+            load_rate, batched = self.ours(broker, ctx)
+            self.capacity(broker, ctx, load_rate, batched)
+            self.precise(broker, ctx, load_rate, batched)
+            self.redis(broker, ctx)
+        r.profiles = self.profiler.summaries
+        r.duration_s = time.monotonic() - self._t0
+        return r
+
+    def ours(self, broker: Broker, ctx: FireContext) -> tuple[float, bool]:
+        """Ingest and the fire workloads on one instance; returns (bulk load rate, batched?)."""
+        r, p = self.results, self.profile
+        load_rate, batched = 0.0, False
+        with self.block("kafka-timers"), service_stack(broker, self.work_dir, "main") as stack:
+            pid = stack.worker_pid
+            for path in ("single", "batched"):
+                ing = self.attempt(
+                    f"ingest {path}",
+                    lambda path=path: service.ingest(  # type: ignore[misc]
+                        stack,
+                        batched=path == "batched",
+                        count=p.ingest_records if path == "single" else p.batched_timers,
+                        profiler=self.profiler,
+                    ),
+                )
+                if ing is not None:
+                    r.ingest.append(ing)
+                    self.say(f"  ingest {path}: {ing.rate:,.0f}/s {ing.note}")
+                    if ing.rate > load_rate:
+                        load_rate, batched = ing.rate, path == "batched"
+                if path == "single":
+                    topic = stack.common.topics.request
+                    r.floor = self.attempt(
+                        "faust floor",
+                        lambda topic=topic: faust_floor.measure(  # type: ignore[misc]
+                            broker, topic, p.ingest_records, self.work_dir
+                        ),
+                    )
+            system = KafkaTimers(stack, batched=batched, load_rate=load_rate or 1000.0)
+            with self.profiler.sample(pid, "hot-second"):
+                self.add_fire(
+                    self.attempt(
+                        "hot second", lambda: scheduled(ctx, system, "hot-second", p.hot_timers, 1.0, 0.1)
+                    )
+                )
+            self.add_fire(
+                self.attempt(
+                    "spread",
+                    lambda: scheduled(ctx, system, "spread", p.spread_timers, p.spread_window_s, 1.0),
+                )
+            )
+            for rate in p.steady_rates:
+                with self.profiler.sample(pid, f"steady-{rate}"):
+                    self.add_fire(
+                        self.attempt(
+                            f"steady {rate}/s",
+                            lambda rate=rate: steady_rate(  # type: ignore[misc]
+                                ctx, system, f"steady-{rate}", rate, p.steady_duration_s, p.steady_lead_s
+                            ),
+                        )
+                    )
+        return load_rate or 1000.0, batched
+
+    def capacity(self, broker: Broker, ctx: FireContext, load_rate: float, batched: bool) -> None:
+        p = self.profile
+        with self.block("kafka-timers capacity"), service_stack(broker, self.work_dir, "capacity") as stack:
+            system = KafkaTimers(stack, batched=batched, load_rate=load_rate)
+            cap = self.attempt(
+                "capacity",
+                lambda: service.capacity(
+                    stack,
+                    system,
+                    broker,
+                    ctx,
+                    self.profiler,
+                    pending=p.capacity_pending,
+                    hot=p.capacity_hot,
+                    single_budget_s=p.single_load_budget_s,
+                ),
+            )
+            if cap is not None:
+                self.results.capacity.append(cap)
+                self.say(f"  capacity: {cap.pending:,} pending, worker RSS peak {cap.rss_peak / 1e6:,.0f} MB")
+                self.add_fire(cap.hot)
+
+    def precise(self, broker: Broker, ctx: FireContext, load_rate: float, batched: bool) -> None:
+        p = self.profile
+        self.results.precise_available = precise_mode_available()
+        if not self.results.precise_available:
+            self.say("precise mode: not available in this worker build")
+            return
+        with (
+            self.block("precise mode"),
+            service_stack(broker, self.work_dir, "precise", PRECISE_ENV) as stack,
+        ):
+            system = KafkaTimers(stack, batched=batched, load_rate=load_rate)
+            for rate in p.precise_rates:
+                with self.profiler.sample(stack.worker_pid, f"precise-{rate}"):
+                    self.add_fire(
+                        self.attempt(
+                            f"precise {rate}/s",
+                            lambda rate=rate: steady_rate(  # type: ignore[misc]
+                                ctx, system, f"precise-{rate}", rate, p.steady_duration_s, p.steady_lead_s
+                            ),
+                        )
+                    )
+
+    def redis(self, broker: Broker, ctx: FireContext) -> None:
+        p, r = self.profile, self.results
+        with self.block("redis baseline"), redis_baseline.redis_design(broker, self.work_dir) as design:
+            r.redis_zadd_rate = design.load_rate()
+            self.add_fire(
+                self.attempt(
+                    "redis hot second", lambda: scheduled(ctx, design, "hot-second", p.hot_timers, 1.0, 0.1)
+                )
+            )
+            self.add_fire(
+                self.attempt(
+                    "redis spread",
+                    lambda: scheduled(ctx, design, "spread", p.spread_timers, p.spread_window_s, 1.0),
+                )
+            )
+            for rate in p.steady_rates:
+                self.add_fire(
+                    self.attempt(
+                        f"redis steady {rate}/s",
+                        lambda rate=rate: steady_rate(  # type: ignore[misc]
+                            ctx, design, f"steady-{rate}", rate, p.steady_duration_s, p.steady_lead_s
+                        ),
+                    )
+                )
+            cap = self.attempt(
+                "redis capacity",
+                lambda: redis_baseline.capacity(design, ctx, pending=p.capacity_pending, hot=p.capacity_hot),
+            )
+            if cap is not None:
+                r.capacity.append(cap)
+                if cap.load_seconds > 0:
+                    r.redis_zadd_rate = cap.pending / cap.load_seconds
+                self.add_fire(cap.hot)
+
+
+def run(profile: Profile, out_dir: Path, work_dir: Path, command: str) -> tuple[Results, Path]:
+    """Measure everything, write the report; return the results and the report's path."""
+    work_dir.mkdir(parents=True, exist_ok=True)
+    results = Run(profile, out_dir, work_dir, command).execute()
+    return results, report.write(results, out_dir)

@@ -1,0 +1,81 @@
+"""`make bench` keeps working: a tiny run through every measurement writes a sane report.
+
+The figures are never asserted (the machine running the tests is not quiet); only
+that each measurement produced one, and that the report and plots say so.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+from bench.__main__ import main
+from bench.cluster import precise_mode_available
+from bench.workload import batched_available
+
+pytestmark = [
+    pytest.mark.integration,
+    pytest.mark.skipif(shutil.which("redis-server") is None, reason="needs redis-server: make redis"),
+]
+
+PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
+OUR_WORKLOADS = {"hot-second", "spread", "steady-100", "steady-300", "capacity-hot"}
+
+
+@pytest.fixture(scope="module")
+def smoke_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[int, Path]:
+    """One smoke run for the module: (exit status, output dir)."""
+    out = tmp_path_factory.mktemp("bench-out")
+    work = tmp_path_factory.mktemp("bench-work")
+    # Like every integration test: the embedded broker, or KAFKA_BOOTSTRAP_SERVERS if set.
+    status = main(["--profile", "smoke", "--out", str(out), "--work", str(work)])
+    return status, out
+
+
+@pytest.mark.timeout(240)
+def test_every_measurement_produces_a_figure(smoke_run: tuple[int, Path]) -> None:
+    status, out = smoke_run
+    results = json.loads((out / "bench" / "results.json").read_text())
+    assert results["errors"] == [], results["errors"]
+    assert status == 0
+    assert results["ceiling"]["rate"] > 0
+    assert results["floor"]["rate"] > 0
+    ingest = {i["path"]: i for i in results["ingest"]}
+    assert ingest["single"]["rate"] > 0
+    assert ingest["batched"]["available"] == batched_available()
+    if batched_available():
+        assert ingest["batched"]["rate"] > 0
+    fires = {(f["system"], f["workload"]): f for f in results["fires"]}
+    expected = {("kafka-timers", w) for w in OUR_WORKLOADS} | {("redis-zset", w) for w in OUR_WORKLOADS}
+    if precise_mode_available():
+        expected.add(("kafka-timers", "precise-300"))
+    assert set(fires) == expected
+    for fire in fires.values():
+        late = fire["lateness"]
+        # Every timer of every workload came back, none before its due time.
+        assert late["received"] == late["expected"] == fire["timers"], fire
+        assert late["early"] == 0, fire
+        assert fire["series_rate"], fire
+    capacity = {c["system"]: c for c in results["capacity"]}
+    assert set(capacity) == {"kafka-timers", "redis-zset"}
+    assert capacity["kafka-timers"]["disk_bytes"] > 0
+    assert capacity["redis-zset"]["used_memory_delta"] > 0
+    assert results["precise_available"] == precise_mode_available()
+
+
+def test_report_shows_the_tables_targets_and_plots(smoke_run: tuple[int, Path]) -> None:
+    _status, out = smoke_run
+    report = (out / "BENCHMARKS.md").read_text()
+    headings = ("### Throughput", "### Lateness", "### Capacity", "## Targets", "## Machine and versions")
+    for heading in headings:
+        assert heading in report
+    assert "ratio to ceiling" in report
+    assert "Ahead of Redis on p99 lateness" in report
+    if not precise_mode_available():
+        assert "not available" in report
+    for plot in ("lateness.png", "fire-rate.png"):
+        assert f"](bench/{plot})" in report
+        assert (out / "bench" / plot).read_bytes().startswith(PNG_MAGIC)
