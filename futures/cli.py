@@ -387,18 +387,21 @@ def _topics_create(args: argparse.Namespace) -> int:
         common = replace(common, topics=replace(common.topics, partitions=args.partitions))
     _probe(common)
     created = create_topics(common)
-    t = common.topics
     print(f"created: {', '.join(created)}" if created else "all topics already exist")
-    print(f"ok: {t.oscillator}, {t.request}, {t.events}, {t.dlq} are ready")
+    print(f"ok: {', '.join(_service_topics(common))} are ready")
     return 0
 
 
 def _topics_check(args: argparse.Namespace) -> int:
     common = _common()
     partitions = verify_topics(common, admin=_probe(common))
-    t = common.topics
-    print(f"ok: {t.oscillator}, {t.request}, {t.events}, {t.dlq} exist with {partitions} partitions each")
+    print(f"ok: {', '.join(_service_topics(common))} exist with {partitions} partitions each")
     return 0
+
+
+def _service_topics(common: CommonConfig) -> list[str]:
+    t = common.topics
+    return [t.oscillator, t.request, t.events, t.dlq, *(f"{name} ({fmt.value})" for name, fmt in t.ingress)]
 
 
 if __name__ == "__main__":

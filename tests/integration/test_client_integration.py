@@ -159,3 +159,17 @@ def test_cli_schedule_then_watch_round_trip(timers_env, monkeypatch, capsys):
     code = main(["watch", request_topic, "--count", "1", "--timeout", "500ms"])
     assert code == 1
     assert "timed out after 0.5s with 0 of 1 records" in capsys.readouterr().err
+
+
+def test_cli_topics_create_and_check_name_the_ingress_topics(timers_env, unique, monkeypatch, capsys):
+    for name, value in timers_env.items():
+        monkeypatch.setenv(name, value)
+    schedules = unique("schedules")
+    monkeypatch.setenv("TIMERS_INGRESS_TOPICS", f"{schedules}=etf1")
+
+    assert main(["topics", "create"]) == 0
+    out = capsys.readouterr().out
+    assert f"created: {schedules}" in out
+    assert f"{schedules} (etf1)" in out
+    assert main(["topics", "check"]) == 0
+    assert f"{schedules} (etf1) exist with 4 partitions" in capsys.readouterr().out
