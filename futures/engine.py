@@ -18,13 +18,14 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections import defaultdict
+from collections import defaultdict, deque
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 
 from confluent_kafka import KafkaError
 
 from futures.config import LatePolicy, WorkerConfig
+from futures.gaps import GapReader
 from futures.kafka import Deliveries, KafkaWriter, is_permanent
 from futures.metrics import WorkerMetrics
 from futures.records import SourceRecord
@@ -133,10 +134,12 @@ class TimerEngine:
         owns: Callable[[int], bool] = lambda partition: True,
         lock: asyncio.Lock | None = None,
         status: WorkerStatus | None = None,
+        gaps: GapReader | None = None,
     ) -> None:
         self.config = config
         self._tables = tables
         self._writer = writer
+        self._gaps = gaps  # reads back request records the stream skipped (futures/gaps.py)
         self.metrics = metrics
         self._clock = clock
         self._topics = config.common.topics
@@ -165,11 +168,25 @@ class TimerEngine:
             changes: dict[int, _Changes] = defaultdict(_Changes)
             fire_now: list[tuple[int, StoredTimer]] = []
             staged = yielded = 0
-            for record in records:
+            queue = deque((record, True) for record in records)
+            while queue:
+                record, check_gap = queue.popleft()
                 if record.offset <= self._applied_offset(record):
                     # Applied before a restart or rebalance, read again from an
                     # older committed offset: applying it twice could fire twice.
                     self.metrics.requests_skipped.inc()
+                    continue
+                applied = self._applied_offset(record, changes.get(record.partition))
+                if check_gap and applied >= 0 and record.offset > applied + 1 and self._gaps is not None:
+                    start, end = applied + 1, record.offset
+                    missing = await self._gaps.read(record.topic, record.partition, start, end)
+                    log.warning(
+                        "%s: offsets %d..%d were never delivered to this worker (skipped by the stream "
+                        "during a rebalance?); read %d record(s) back",
+                        record.where(), start, end - 1, len(missing),
+                    )  # fmt: skip
+                    self.metrics.requests_read_back.inc(len(missing))
+                    queue.extendleft(reversed([*((m, False) for m in missing), (record, False)]))
                     continue
                 part = changes[record.partition]
                 table = self._tables(record.partition)
@@ -197,8 +214,14 @@ class TimerEngine:
                     await asyncio.sleep(0)
             await self._apply_staged(changes, fire_now)
 
-    def _applied_offset(self, record: SourceRecord) -> int:
-        """The last offset of the record's topic and partition already in the table."""
+    def _applied_offset(self, record: SourceRecord, part: _Changes | None = None) -> int:
+        """Last applied offset of the record's topic and partition: staged in ``part``, else the table's."""
+        if part is not None:
+            staged = part.request_offset if record.topic == self._topics.request else None
+            if staged is None:
+                staged = part.topic_offsets.get(record.topic)
+            if staged is not None:
+                return staged
         table = self._tables(record.partition)
         if record.topic == self._topics.request:
             return table.request_offset

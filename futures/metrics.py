@@ -53,6 +53,11 @@ class WorkerMetrics:
             "Request records read again after a restart or rebalance, already applied, skipped",
             registry=r,
         )
+        self.requests_read_back = Counter(
+            "timers_requests_read_back_total",
+            "Request records the stream skipped (a rebalance) that the engine read back and applied",
+            registry=r,
+        )
         self.ticks = Counter(
             "timers_ticks_total",
             "Ticks by outcome: advanced the clock, duplicate/old (no-op), ahead of the worker clock, invalid",

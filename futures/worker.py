@@ -13,6 +13,7 @@ from futures.agents import register_agents
 from futures.app import create_app
 from futures.config import WorkerConfig
 from futures.engine import TimerEngine
+from futures.gaps import KafkaGapReader
 from futures.kafka import KafkaWriter
 from futures.metrics import WorkerMetrics
 from futures.web import register_views
@@ -28,7 +29,15 @@ def build(config: WorkerConfig, partitions: int) -> tuple[faust.App, TimerEngine
     metrics = WorkerMetrics()
     metrics.watch_tables(store.open_partitions)
     writer = KafkaWriter.connect(config.common.kafka)
-    engine = TimerEngine(config, store.partition, writer, metrics, owns=store.owns, lock=store.lock)
+    engine = TimerEngine(
+        config,
+        store.partition,
+        writer,
+        metrics,
+        owns=store.owns,
+        lock=store.lock,
+        gaps=KafkaGapReader(config.common.kafka),
+    )
     register_agents(timers.app, engine, config)
     register_views(timers.app, metrics, store, config, engine.status)
 

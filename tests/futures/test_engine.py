@@ -721,3 +721,42 @@ def test_timers_stuck_on_a_flaky_topic_do_not_starve_the_rest(make_rig):
     assert rig.fired() == ["ok"]
     assert rig.pending_ids() == ["s1", "s2"]  # still kept for a retry
     assert rig.table(0).watermark < T
+
+
+class FakeGapReader:
+    """Serves request records back by offset, as the broker would."""
+
+    def __init__(self, records: list[SourceRecord]) -> None:
+        self.records = records
+        self.reads: list[tuple[int, int]] = []
+
+    async def read(self, topic: str, partition: int, start: int, end: int) -> list[SourceRecord]:
+        self.reads.append((start, end))
+        return [r for r in self.records if r.partition == partition and start <= r.offset < end]
+
+
+def test_requests_the_stream_skipped_are_read_back_and_applied_in_order(rig):
+    # Faust can ack records it never delivered (during a rebalance) and read on:
+    # the engine sees the hole in the offsets and reads the missing ones itself.
+    first, skipped_1, skipped_2 = rig.request("a", T_MS), rig.request("b", T_MS + 1), rig.cancel("a")
+    after = rig.request("c", T_MS + 2)
+    gaps = FakeGapReader([first, skipped_1, skipped_2, after])
+    rig.engine = TimerEngine(
+        rig.config,
+        rig.table,
+        KafkaWriter(rig.producer),
+        rig.metrics,
+        clock=lambda: rig.now,
+        owns=lambda partition: partition in rig.owned,
+        gaps=gaps,
+    )
+    rig.ingest(first)
+    rig.ingest(after)
+
+    assert gaps.reads == [(first.offset + 1, after.offset)]
+    assert rig.metrics.requests_read_back._value.get() == 2
+    # Applied in log order: the cancel of "a" came after "a" was scheduled.
+    assert rig.pending_ids() == ["b", "c"]
+    assert rig.table(0).request_offset == after.offset
+    rig.ingest(after)  # and nothing is read back for a record already applied
+    assert gaps.reads == [(first.offset + 1, after.offset)]
