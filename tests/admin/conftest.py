@@ -12,7 +12,6 @@ import sys
 import time
 import urllib.error
 import urllib.request
-import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -20,9 +19,7 @@ from typing import Any
 
 import pytest
 
-from ktimers.config import CommonConfig
-from ktimers.topics import create_topics
-from tests.integration.conftest import Stack
+from tests.integration.conftest import Stack, fresh_env
 from tests.processes import Service
 
 ADMIN_TOKEN = "admin-test-token-0123456789"
@@ -81,19 +78,10 @@ def _spawner(directory: Path, services: list[Service]) -> Any:
 @pytest.fixture(scope="package")
 def admin_stack(broker_env: dict[str, str], tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
     directory = tmp_path_factory.mktemp("admin")
-    suffix = uuid.uuid4().hex[:8]
-    env = {
-        **broker_env,
-        "TIMERS_TOPIC_OSCILLATOR": f"oscillator-{suffix}",
-        "TIMERS_TOPIC_REQUEST": f"timer-request-{suffix}",
-        "TIMERS_TOPIC_EVENTS": f"timer-events-{suffix}",
-        "TIMERS_TOPIC_DLQ": f"timer-request-dlq-{suffix}",
-        "TIMERS_PARTITIONS": "4",
-        "TIMERS_APP_ID": f"timers-{suffix}",
-        "TIMERS_ADMIN_TOKEN": ADMIN_TOKEN,
-        "TIMERS_ADMIN_STALL_AFTER_S": str(STALL_AFTER_S),
-    }
-    create_topics(CommonConfig.from_env(env))
+    env = fresh_env(
+        broker_env,
+        settings={"TIMERS_ADMIN_TOKEN": ADMIN_TOKEN, "TIMERS_ADMIN_STALL_AFTER_S": str(STALL_AFTER_S)},
+    )
     services: list[Service] = []
     stack = Stack(env=env, spawn=_spawner(directory, services), data_dir=directory / "worker-data")
     try:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import time
 import urllib.request
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -204,16 +204,19 @@ STACK_LIMITS = {
 }
 
 
-def _fresh_env(broker_env: dict[str, str]) -> dict[str, str]:
+def fresh_env(
+    broker_env: dict[str, str], *, partitions: int = 4, settings: Mapping[str, str] = STACK_LIMITS
+) -> dict[str, str]:
+    """A service instance on the test broker: its own topics (created) and app id, plus ``settings``."""
     suffix = uuid.uuid4().hex[:8]
     env = {
         **broker_env,
-        **STACK_LIMITS,
+        **settings,
         "TIMERS_TOPIC_OSCILLATOR": f"oscillator-{suffix}",
         "TIMERS_TOPIC_REQUEST": f"timer-request-{suffix}",
         "TIMERS_TOPIC_EVENTS": f"timer-events-{suffix}",
         "TIMERS_TOPIC_DLQ": f"timer-request-dlq-{suffix}",
-        "TIMERS_PARTITIONS": "4",
+        "TIMERS_PARTITIONS": str(partitions),
         "TIMERS_APP_ID": f"timers-{suffix}",
     }
     create_topics(CommonConfig.from_env(env))
@@ -223,7 +226,7 @@ def _fresh_env(broker_env: dict[str, str]) -> dict[str, str]:
 @pytest.fixture
 def stack(broker_env: dict[str, str], spawn: SpawnFn, tmp_path: Path) -> Iterator[Stack]:
     """A fresh service instance (own topics); nothing started yet."""
-    s = Stack(env=_fresh_env(broker_env), spawn=spawn, data_dir=tmp_path / "worker-data")
+    s = Stack(env=fresh_env(broker_env), spawn=spawn, data_dir=tmp_path / "worker-data")
     yield s
     s.close()
 

@@ -13,7 +13,7 @@ from confluent_kafka import Producer
 
 from ktimers.config import CommonConfig
 from ktimers.topics import create_topics
-from tests.integration.conftest import Stack, _fresh_env
+from tests.integration.conftest import Stack, fresh_env
 from tests.processes import Service
 
 Headers = list[tuple[str, bytes]]
@@ -58,7 +58,7 @@ def _module_spawn(directory: Path, services: list[Service]):
 
 def formats_stack(broker_env: dict[str, str], directory: Path) -> Iterator[FormatsStack]:
     """A running worker and oscillator whose request topics are native, etf1 and countdown."""
-    env = _fresh_env(broker_env)
+    env = fresh_env(broker_env)
     suffix = uuid.uuid4().hex[:8]
     etf1, countdown = f"schedules-{suffix}", f"delays-{suffix}"
     env["TIMERS_INGRESS_TOPICS"] = f"{etf1}=etf1,{countdown}=countdown"

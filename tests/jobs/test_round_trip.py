@@ -23,10 +23,8 @@ from futures.jobs.config import JobConfig
 from futures.jobs.errors import SnapshotError
 from futures.jobs.replay import ReplayOptions
 from futures.jobs.replay import run as replay
-from ktimers.config import CommonConfig
-from ktimers.topics import create_topics
 from ktimers.wire import H_DUE_MS, TimerEvent, header_value
-from tests.integration.conftest import STACK_LIMITS, Callback, Stack, TopicReader
+from tests.integration.conftest import Callback, Stack, TopicReader, fresh_env
 from tests.processes import Service
 
 pytestmark = pytest.mark.integration
@@ -35,22 +33,6 @@ FIRE, CANCEL, KEEP, RESCHEDULE = 5, 4, 5, 3
 #: Delay (s) of the timers that must still be pending when the oscillator stops; due by the time
 #: the new worker starts, so they fire on its first tick.
 LATER_S = 15
-
-
-def fresh_env(broker_env: dict[str, str], partitions: int = 4) -> dict[str, str]:
-    suffix = uuid.uuid4().hex[:8]
-    env = {
-        **broker_env,
-        **STACK_LIMITS,
-        "TIMERS_TOPIC_OSCILLATOR": f"oscillator-{suffix}",
-        "TIMERS_TOPIC_REQUEST": f"timer-request-{suffix}",
-        "TIMERS_TOPIC_EVENTS": f"timer-events-{suffix}",
-        "TIMERS_TOPIC_DLQ": f"timer-request-dlq-{suffix}",
-        "TIMERS_PARTITIONS": str(partitions),
-        "TIMERS_APP_ID": f"timers-{suffix}",
-    }
-    create_topics(CommonConfig.from_env(env))
-    return env
 
 
 @dataclass
