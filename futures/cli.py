@@ -26,7 +26,7 @@ from futures.durations import DURATION_HELP, INSTANT_HELP, parse_duration, parse
 from ktimers.config import CommonConfig
 from ktimers.errors import DeliveryError, TimersError
 from ktimers.topics import create_topics, verify_topics
-from ktimers.wire import H_DUE_MS, H_FIRED_MS, header_value, text_or_repr
+from ktimers.wire import H_DUE_MS, H_FIRED_MS, KafkaHeaders, header_value, message_headers, text_or_repr
 
 EXIT_USAGE = 2  # bad arguments, bad config, Kafka unreachable: the user must act
 EXIT_INCOMPLETE = 1  # watch --count not reached before --timeout
@@ -275,7 +275,7 @@ def _cancel(args: argparse.Namespace) -> int:
     return 0
 
 
-def _int_header(headers: list[tuple[str, bytes | None]], name: str) -> int | None:
+def _int_header(headers: KafkaHeaders, name: str) -> int | None:
     raw = header_value(headers, name)
     try:
         return int(raw) if raw else None
@@ -285,7 +285,9 @@ def _int_header(headers: list[tuple[str, bytes | None]], name: str) -> int | Non
 
 def record_json(msg: Any, now_ms: int) -> dict[str, Any]:
     """What ``timers watch`` prints for one record; lateness in milliseconds."""
-    headers = [(k, v if v is None else bytes(v)) for k, v in (msg.headers() or [])]
+    headers = message_headers(msg)
+    if headers is None:
+        headers = (("?", b"<unreadable: a header key is not UTF-8>"),)
     out: dict[str, Any] = {
         "partition": msg.partition(),
         "offset": msg.offset(),

@@ -17,6 +17,17 @@ _TOPIC_NAME = re.compile(r"[a-zA-Z0-9._-]{1,249}")
 
 TABLE_NAME = "timers"
 
+#: Callback topics refused unless ``TIMERS_DENIED_CALLBACK_TOPICS`` says otherwise:
+#: internal topics of Kafka Streams, Faust, Connect and Schema Registry, which a timer
+#: must not be able to write into. (``__*``, the service's own topics and
+#: ``<app-id>-*`` are always refused.)
+DEFAULT_DENIED_CALLBACK_TOPICS = ("_schemas", "connect-*", "*-changelog", "*-repartition")
+
+#: Bytes a record may add to a stored timer on its way out: the table key, the
+#: ``kt-*`` callback headers and record framing. The worker's producer accepts
+#: records up to ``max_payload_bytes`` plus this (``message.max.bytes``).
+RECORD_ALLOWANCE_BYTES = 16 * 1024
+
 
 class LatePolicy(enum.Enum):
     """What to do with a request that arrives after its due time has passed.
@@ -46,8 +57,12 @@ class WorkerConfig:
     #: watermark never passes ``now + clock_tolerance_ms``.
     clock_tolerance_ms: int = 500
     #: fnmatch patterns of allowed callback topics; empty allows any topic
-    #: except the service's own and ``__*`` internals.
+    #: except the service's own, ``__*`` internals and ``denied_callback_topics``.
     allowed_callback_topics: tuple[str, ...] = ()
+    #: fnmatch patterns of refused callback topics (see DEFAULT_DENIED_CALLBACK_TOPICS).
+    denied_callback_topics: tuple[str, ...] = DEFAULT_DENIED_CALLBACK_TOPICS
+    #: Largest timer accepted, as stored: its serialized ``StoredTimer`` plus table
+    #: key (bytes). Larger requests are dead-lettered ``payload-too-large`` at ingest.
     max_payload_bytes: int = 1_000_000
     #: Reject timers due further ahead than this (seconds); 0 = no limit.
     max_due_ahead_s: float = 0.0
@@ -72,9 +87,8 @@ class WorkerConfig:
         env = os.environ if env is None else env
         policy = env_choice(env, "TIMERS_LATE_POLICY", LatePolicy, cls.late_policy)
         assert isinstance(policy, LatePolicy)  # noqa: S101 - narrows env_choice's return
-        allowed = tuple(
-            p.strip() for p in env.get("TIMERS_ALLOWED_CALLBACK_TOPICS", "").split(",") if p.strip()
-        )
+        allowed = _patterns(env.get("TIMERS_ALLOWED_CALLBACK_TOPICS", ""))
+        denied = env.get("TIMERS_DENIED_CALLBACK_TOPICS")
         config = cls(
             common=CommonConfig.from_env(env),
             app_id=env.get("TIMERS_APP_ID") or cls.app_id,
@@ -86,6 +100,7 @@ class WorkerConfig:
             max_lateness_s=env_float(env, "TIMERS_MAX_LATENESS_S", cls.max_lateness_s),
             clock_tolerance_ms=env_int(env, "TIMERS_CLOCK_TOLERANCE_MS", cls.clock_tolerance_ms),
             allowed_callback_topics=allowed,
+            denied_callback_topics=cls.denied_callback_topics if denied is None else _patterns(denied),
             max_payload_bytes=env_int(env, "TIMERS_MAX_PAYLOAD_BYTES", cls.max_payload_bytes),
             max_due_ahead_s=env_float(env, "TIMERS_MAX_DUE_AHEAD_S", cls.max_due_ahead_s),
             ingest_batch_size=env_int(env, "TIMERS_INGEST_BATCH_SIZE", cls.ingest_batch_size),
@@ -117,6 +132,11 @@ class WorkerConfig:
             raise ConfigError("TIMERS_ADMIN_STALL_AFTER_S must be > 0")
 
     @property
+    def max_record_bytes(self) -> int:
+        """The producer's ``message.max.bytes``: every record the worker writes fits (bytes)."""
+        return self.max_payload_bytes + RECORD_ALLOWANCE_BYTES
+
+    @property
     def changelog_topic(self) -> str:
         """Faust's name for the timer table's changelog."""
         return f"{self.app_id}-{TABLE_NAME}-changelog"
@@ -131,6 +151,13 @@ class WorkerConfig:
         # a timer must not be able to forge ticks, requests or table state.
         if topic in self.common.topics.own or topic.startswith("__") or topic.startswith(f"{self.app_id}-"):
             return "callback-topic-not-allowed", f"{topic!r} is an internal topic"
+        denied = next((p for p in self.denied_callback_topics if fnmatch.fnmatchcase(topic, p)), None)
+        if denied is not None:
+            return (
+                "callback-topic-not-allowed",
+                f"{topic!r} matches {denied!r} of TIMERS_DENIED_CALLBACK_TOPICS (internal topics of "
+                "Kafka platforms are refused unless that variable says otherwise)",
+            )
         if self.allowed_callback_topics and not any(
             fnmatch.fnmatchcase(topic, pattern) for pattern in self.allowed_callback_topics
         ):
@@ -140,3 +167,8 @@ class WorkerConfig:
                 f"{topic!r} is not in TIMERS_ALLOWED_CALLBACK_TOPICS={allowed}",
             )
         return None
+
+
+def _patterns(text: str) -> tuple[str, ...]:
+    """Comma-separated fnmatch patterns; empty items are dropped."""
+    return tuple(p.strip() for p in text.split(",") if p.strip())

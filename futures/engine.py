@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 from confluent_kafka import KafkaError
 
 from futures.config import LatePolicy, WorkerConfig
+from futures.destinations import AnyTopic, TopicDirectory
 from futures.gaps import GapReader
 from futures.kafka import Deliveries, KafkaWriter, is_permanent
 from futures.metrics import WorkerMetrics
@@ -32,6 +33,8 @@ from futures.records import SourceRecord
 from futures.requests import CancelRequest, RequestParser, Schedule, seed_id
 from futures.status import WorkerStatus
 from futures.table import DueTimer, PartitionTimers, Record, progress_record, table_key, topic_progress_record
+from ktimers.deadletter import dead_letter, short
+from ktimers.logs import ThrottledLog
 from ktimers.wire import (
     H_DUE_MS,
     H_ERROR,
@@ -135,11 +138,14 @@ class TimerEngine:
         lock: asyncio.Lock | None = None,
         status: WorkerStatus | None = None,
         gaps: GapReader | None = None,
+        callback_topics: TopicDirectory | None = None,
     ) -> None:
         self.config = config
         self._tables = tables
         self._writer = writer
         self._gaps = gaps  # reads back request records the stream skipped (futures/gaps.py)
+        # Which callback topics exist, so a missing one never stalls a flush (futures/destinations.py).
+        self._callback_topics = callback_topics or AnyTopic()
         self.metrics = metrics
         self._clock = clock
         self._topics = config.common.topics
@@ -151,6 +157,10 @@ class TimerEngine:
         self.status = status or WorkerStatus()  # what the admin API shows
         self._side = Deliveries()  # events and dead letters since the last commit
         self._windows: dict[int, _Window] = {}  # precise mode, by partition
+        # Bad input and unavailable callback topics are counted in metrics; the log shows a few examples.
+        self._rejections_log = ThrottledLog(log)
+        self._retries_log = ThrottledLog(log)
+        self._ticks_log = ThrottledLog(log)
 
     # -- request → table -------------------------------------------------------
 
@@ -368,7 +378,11 @@ class TimerEngine:
             second = tick_second(record)
             if second is None:
                 self.metrics.ticks.labels("invalid").inc()
-                log.warning("ignoring tick %s with key %r: not an epoch second", record.where(), record.key)
+                self._ticks_log.warning(
+                    "ignoring tick %s with key %s: not an epoch second",
+                    record.where(),
+                    short(repr(record.key), 80),
+                )
                 continue
             received[record.partition] += 1
             self.status.tick(record, second)
@@ -512,6 +526,10 @@ class TimerEngine:
         self, timer: StoredTimer, fired_ms: int, deliveries: Deliveries, index: int
     ) -> None:
         future = timer.future
+        problem = self._callback_topics.problem(future.callBackTopic)
+        if problem is not None:
+            deliveries.errors[index] = problem  # settled like a delivery report
+            return
         self._writer.produce(
             future.callBackTopic,
             future.callBackKey.encode(),
@@ -564,7 +582,7 @@ class TimerEngine:
                 self._dead_letter_callback(partition, timer, err)
             else:
                 transient.append(i)
-                log.warning(
+                self._retries_log.warning(
                     "callback of timer %s to %s failed, will retry: %s",
                     future.id,
                     future.callBackTopic,
@@ -638,7 +656,7 @@ class TimerEngine:
             at_ms=self._clock(),
             partition=partition,
             source_offset=source_offset,
-            reason=reason,
+            reason=short(reason),
             callback_topic=callback_topic,
         )
         self._writer.produce(
@@ -646,21 +664,22 @@ class TimerEngine:
         )
 
     def _reject(self, record: SourceRecord, reason: str, detail: str, timer_id: str) -> None:
-        """Dead-letter a request record as it was, with why and where it came from."""
+        """Dead-letter a request record as it was (cut down to fit, if it must), with why and where from."""
+        detail = short(detail)
         self.metrics.rejected.labels(reason).inc()
         self.status.dead_letter(reason)
-        log.warning("rejected %s: %s (%s)", record.where(), reason, detail)
-        headers = [
-            *record.headers,
+        self._rejections_log.warning("rejected %s: %s (%s)", record.where(), reason, detail)
+        ours = [
             (H_REASON, reason.encode()),
             (H_ERROR, detail.encode()),
             (H_SOURCE_TOPIC, record.topic.encode()),
             (H_SOURCE_PARTITION, str(record.partition).encode()),
             (H_SOURCE_OFFSET, str(record.offset).encode()),
         ]
-        self._writer.produce(
-            self._topics.dlq, record.key, record.value, headers=headers, deliveries=self._side
+        key, value, headers = dead_letter(
+            record.key, record.value, record.headers, ours, self._writer.max_record_bytes
         )
+        self._writer.produce(self._topics.dlq, key, value, headers=headers, deliveries=self._side)
         self._event(
             timer_id or seed_id(record),
             Kind.REJECTED,
@@ -673,24 +692,21 @@ class TimerEngine:
         """A callback its topic refused for good: dead-letter the timer so it can be fixed and resent."""
         future = timer.future
         reason = "callback-undeliverable"
-        detail = f"{future.callBackTopic}: {err.str()}"
+        detail = short(f"{future.callBackTopic}: {err.str()}")
         self.metrics.rejected.labels(reason).inc()
         self.status.dead_letter(reason)
-        log.error("timer %s: callback undeliverable (%s), dead-lettered", future.id, detail)
-        headers = [
+        self._rejections_log.error("timer %s: callback undeliverable (%s), dead-lettered", future.id, detail)
+        ours = [
             (H_REASON, reason.encode()),
             (H_ERROR, detail.encode()),
             (H_SOURCE_TOPIC, (timer.source_topic or self._topics.request).encode()),
             (H_SOURCE_PARTITION, str(timer.source_partition).encode()),
             (H_SOURCE_OFFSET, str(timer.source_offset).encode()),
         ]
-        self._writer.produce(
-            self._topics.dlq,
-            future.id.encode(),
-            future.SerializeToString(),
-            headers=headers,
-            deliveries=self._side,
+        key, value, headers = dead_letter(
+            future.id.encode(), future.SerializeToString(), (), ours, self._writer.max_record_bytes
         )
+        self._writer.produce(self._topics.dlq, key, value, headers=headers, deliveries=self._side)
         self._event(
             future.id,
             Kind.REJECTED,

@@ -89,7 +89,14 @@ def is_permanent(err: KafkaError) -> bool:
     )
 
 
-def producer_config(kafka: KafkaConfig) -> dict[str, str | int | float | bool]:
+#: librdkafka's default ``message.max.bytes``.
+DEFAULT_MAX_RECORD_BYTES = 1_000_000
+
+
+def producer_config(
+    kafka: KafkaConfig, max_record_bytes: int = DEFAULT_MAX_RECORD_BYTES
+) -> dict[str, str | int | float | bool]:
+    """``max_record_bytes``: the largest record it may write (``WorkerConfig.max_record_bytes``)."""
     return {
         **kafka.librdkafka(),
         "enable.idempotence": True,
@@ -101,18 +108,21 @@ def producer_config(kafka: KafkaConfig) -> dict[str, str | int | float | bool]:
         # produce() then waits for room (see KafkaWriter.produce).
         "queue.buffering.max.kbytes": 128 * 1024,
         "message.timeout.ms": MESSAGE_TIMEOUT_MS,
+        "message.max.bytes": max_record_bytes,
     }
 
 
 class KafkaWriter:
     """Produce many records, then await their delivery reports with one flush."""
 
-    def __init__(self, producer: ProducerLike) -> None:
+    def __init__(self, producer: ProducerLike, max_record_bytes: int = DEFAULT_MAX_RECORD_BYTES) -> None:
         self._producer = producer
+        #: The producer's ``message.max.bytes``: dead letters are cut to fit it.
+        self.max_record_bytes = max_record_bytes
 
     @classmethod
-    def connect(cls, kafka: KafkaConfig) -> KafkaWriter:
-        return cls(Producer(producer_config(kafka)))
+    def connect(cls, kafka: KafkaConfig, max_record_bytes: int = DEFAULT_MAX_RECORD_BYTES) -> KafkaWriter:
+        return cls(Producer(producer_config(kafka, max_record_bytes)), max_record_bytes)
 
     def produce(
         self,

@@ -11,11 +11,13 @@ any ingress topic to the requests it holds.
 
 from __future__ import annotations
 
+import logging
 from dataclasses import replace
 
 from futures.config import WorkerConfig
 from futures.formats import PARSERS
 from futures.formats.base import (
+    MAX_DUE_MS,
     MAX_ID_BYTES,
     CancelRequest,
     ParseContext,
@@ -23,11 +25,15 @@ from futures.formats.base import (
     Request,
     Schedule,
     seed_id,
+    shown,
 )
 from futures.records import SourceRecord
 from ktimers.config import IngressFormat
+from ktimers.deadletter import short
+from ktimers.logs import ThrottledLog
 
 __all__ = [
+    "MAX_DUE_MS",
     "MAX_ID_BYTES",
     "CancelRequest",
     "Rejection",
@@ -38,6 +44,13 @@ __all__ = [
     "parse_request",
     "seed_id",
 ]
+
+log = logging.getLogger(__name__)
+# A bug of ours, with its traceback; but a flood of records that trigger it must not flood the log.
+_internal_errors_log = ThrottledLog(log)
+
+#: Longest ``internal-error`` detail (characters): an exception's text may quote the input.
+INTERNAL_ERROR_DETAIL_CHARS = 200
 
 
 class RequestParser:
@@ -51,19 +64,35 @@ class RequestParser:
         """See :func:`parse_record`."""
         fmt = self._topics.format_of(record.topic)
         if fmt is None:
-            detail = f"{record.topic!r} is not a request topic (TIMERS_TOPIC_REQUEST, TIMERS_INGRESS_TOPICS)"
+            where = "TIMERS_TOPIC_REQUEST, TIMERS_INGRESS_TOPICS"
+            detail = f"{shown(record.topic)} is not a request topic ({where})"
             return self._named([Rejection(record, "unknown-topic", detail)])
         return self.parse_as(record, fmt)
 
     def parse_as(self, record: SourceRecord, fmt: IngressFormat) -> list[Request]:
-        """Parse ``record`` as ``fmt``, whatever its topic."""
-        return self._named(PARSERS[fmt](record, self._context))
+        """Parse ``record`` as ``fmt``, whatever its topic. Never raises: see :func:`parse_record`."""
+        try:
+            return self._named(PARSERS[fmt](record, self._context))
+        except Exception as exc:
+            # A record must never stop the worker: whatever a parser did not
+            # foresee is this record's fault as far as the stream goes, so it is
+            # dead-lettered like any other bad record (and logged: it is our bug).
+            _internal_errors_log.error(
+                "%s: parsing failed; the record is dead-lettered as internal-error",
+                record.where(),
+                exc_info=True,
+            )
+            # The text may quote input: bounded, and UTF-8 whatever it quotes (it goes in a header).
+            text = f"{type(exc).__name__}: {exc}"[: INTERNAL_ERROR_DETAIL_CHARS + 1]
+            detail = short(text.encode(errors="backslashreplace").decode(), INTERNAL_ERROR_DETAIL_CHARS)
+            return [Rejection(record, "internal-error", detail, self._context.derived_id(record))]
 
     def _named(self, requests: list[Request]) -> list[Request]:
-        # Every rejection names a timer id, so its REJECTED event has a key.
+        # Every rejection names a timer id, so its REJECTED event has a key: its
+        # own, or the derived one when it has none or one too long to be a key.
         return [
             replace(r, timer_id=self._context.derived_id(r.record))
-            if isinstance(r, Rejection) and not r.timer_id
+            if isinstance(r, Rejection) and (not r.timer_id or len(r.timer_id.encode()) > MAX_ID_BYTES)
             else r
             for r in requests
         ]
@@ -82,9 +111,11 @@ def parse_record(record: SourceRecord, config: WorkerConfig, now_ms: int) -> lis
     Deterministic for a given record: ids derived for requests that carry none
     (:func:`seed_id`) come from topic, partition, offset and batch index, so a
     record read twice yields the same timers. Every :class:`Rejection` carries a
-    stable ``reason`` code (README, "timer-request-dlq" and "Compatible formats")
-    and a timer id. A record of a topic that is no request topic is rejected
-    with ``unknown-topic``.
+    stable ``reason`` code (README, "timer-request-dlq" and "Compatible formats"),
+    a detail of bounded length and a timer id of at most :data:`MAX_ID_BYTES`.
+    A record of a topic that is no request topic is rejected with
+    ``unknown-topic``. Total: whatever the record holds, this returns; an
+    exception of a format parser becomes an ``internal-error`` rejection.
     """
     return RequestParser(config, now_ms).parse(record)
 

@@ -8,13 +8,16 @@ import sys
 from typing import Any
 
 import faust
+from confluent_kafka import Producer
 
+from futures import fetch
 from futures.agents import register_agents
 from futures.app import create_app
 from futures.config import WorkerConfig
+from futures.destinations import CallbackTopics
 from futures.engine import TimerEngine
 from futures.gaps import KafkaGapReader
-from futures.kafka import KafkaWriter
+from futures.kafka import KafkaWriter, producer_config
 from futures.metrics import WorkerMetrics
 from futures.web import register_views
 from ktimers.errors import TimersError
@@ -24,11 +27,14 @@ log = logging.getLogger("futures.worker")
 
 
 def build(config: WorkerConfig, partitions: int) -> tuple[faust.App, TimerEngine]:
+    fetch.install()  # a header key that is not UTF-8 must not stop the consumer
     timers = create_app(config, partitions)
     store = timers.store
     metrics = WorkerMetrics()
     metrics.watch_tables(store.open_partitions)
-    writer = KafkaWriter.connect(config.common.kafka)
+    producer = Producer(producer_config(config.common.kafka, config.max_record_bytes))
+    writer = KafkaWriter(producer, config.max_record_bytes)
+    callback_topics = CallbackTopics.of_producer(producer)
     engine = TimerEngine(
         config,
         store.partition,
@@ -37,6 +43,7 @@ def build(config: WorkerConfig, partitions: int) -> tuple[faust.App, TimerEngine
         owns=store.owns,
         lock=store.lock,
         gaps=KafkaGapReader(config.common.kafka),
+        callback_topics=callback_topics,
     )
     register_agents(timers.app, engine, config)
     register_views(timers.app, metrics, store, config, engine.status)
@@ -46,6 +53,7 @@ def build(config: WorkerConfig, partitions: int) -> tuple[faust.App, TimerEngine
     def flush_on_shutdown(sender: Any, *args: Any, signal: Any, **kwargs: Any) -> None:
         # Each engine step flushes before it returns; this catches a step cut short.
         writer.close()
+        callback_topics.close()
 
     return timers.app, engine
 

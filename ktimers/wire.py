@@ -6,8 +6,10 @@ from it by ``make proto`` and checked in sync by a test.
 
 from __future__ import annotations
 
+import operator
 import struct
 from collections.abc import Iterable, Sequence
+from typing import Any, cast
 
 from ktimers.timers_pb2 import Cancel, Future, FutureBatch, Header, StoredTimer, Tick, TimerEvent
 
@@ -33,8 +35,12 @@ __all__ = [
     "H_SOURCE_PARTITION",
     "H_SOURCE_OFFSET",
     "H_SOURCE_INDEX",
+    "H_INVALID_COUNT",
+    "H_ELEMENT_COUNT",
     "KafkaHeaders",
+    "MAX_ID_BYTES",
     "header_value",
+    "message_headers",
     "encode_second_key",
     "parse_second_key",
     "timer_key",
@@ -64,8 +70,14 @@ H_SOURCE_PARTITION = "kt-source-partition"
 H_SOURCE_OFFSET = "kt-source-offset"
 # Position of the rejected Future inside a FutureBatch record (0-based).
 H_SOURCE_INDEX = "kt-source-index"
+# On a `batch-invalid` dead letter (the whole FutureBatch record): refused Futures, and all of them.
+H_INVALID_COUNT = "kt-invalid-count"
+H_ELEMENT_COUNT = "kt-element-count"
 
 KafkaHeaders = Sequence[tuple[str, bytes | None]]
+
+#: Longest timer id accepted (UTF-8 bytes): ids are part of every table key and event key.
+MAX_ID_BYTES = 512
 
 _DUE = struct.Struct(">Q")
 
@@ -77,6 +89,21 @@ def header_value(headers: Iterable[tuple[str, bytes | None]] | None, name: str) 
         if key == name:
             found = value
     return found
+
+
+# For a header key that is not UTF-8, confluent-kafka's ``Message.headers()`` returns
+# a broken list with an exception pending: a call from Python bytecode may not
+# notice, a call from C raises SystemError. So it is called from C, once.
+_read_headers = operator.methodcaller("headers")
+
+
+def message_headers(msg: Any) -> tuple[tuple[str, bytes | None], ...] | None:
+    """A consumed confluent-kafka message's headers; None when a header key is not UTF-8 (unreadable)."""
+    try:
+        raw = _read_headers(msg) or ()
+    except Exception:  # noqa: BLE001 - SystemError, as explained above; nothing else is expected
+        return None
+    return tuple(cast(KafkaHeaders, raw))
 
 
 def text_or_repr(data: bytes | None) -> str | None:

@@ -12,6 +12,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from futures.table import table_key
+from ktimers.wire import MAX_ID_BYTES
 
 #: Largest due time a timer can have (``Future.due_ms`` is an int64).
 MAX_DUE_MS = 2**63 - 1
@@ -20,8 +21,6 @@ DEFAULT_LIMIT = 100
 MAX_LIMIT = 1000
 #: A reschedule further ahead than this is refused (100 years): almost surely a unit mix-up.
 MAX_DELAY_S = 100 * 365 * 86400
-#: Timer ids longer than this are refused before any lookup.
-MAX_ID_BYTES = 1024
 
 _INT = re.compile(r"[0-9]{1,19}")
 

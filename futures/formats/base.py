@@ -13,10 +13,49 @@ from dataclasses import dataclass, field
 
 from futures.config import WorkerConfig
 from futures.records import SourceRecord
-from ktimers.wire import Future, StoredTimer
+from ktimers.deadletter import short
+from ktimers.wire import MAX_ID_BYTES, Future, StoredTimer
 
-#: Longest timer id accepted (bytes): ids are part of every table key.
-MAX_ID_BYTES = 512
+#: Latest due time accepted (epoch ms): 9999-12-31T23:59:59.999Z. Later times
+#: are no dates for most readers (``datetime`` stops at year 9999), and any due
+#: time in 0..MAX_DUE_MS fits the int64 of ``Future.due_ms`` and the table key.
+MAX_DUE_MS = 253_402_300_799_999
+_DUE_RANGE = f"0..{MAX_DUE_MS} ms (1970-01-01 to 9999-12-31T23:59:59.999Z)"
+
+#: What a stored timer's table key adds to its size: ``futures.table.table_key``
+#: is ``b"t"``, the 8-byte due time, then the id (not imported: that module needs RocksDB).
+TABLE_KEY_OVERHEAD = 9
+
+#: Every reason a rejection from parsing can give (README, "timer-request-dlq"
+#: and "Compatible formats"). The engine adds its own (``too-late``, ...).
+PARSE_REASONS = frozenset(
+    {
+        "undecodable",  # not the format's encoding at all (or a tombstone where one means nothing)
+        "unknown-kind",  # native: kt-kind neither future, cancel nor batch
+        "empty-batch",
+        "missing-id",
+        "invalid-id",  # not UTF-8, or longer than MAX_ID_BYTES
+        "bad-due-time",  # absent, not a time, negative, or after MAX_DUE_MS
+        "missing-header",  # etf1
+        "invalid-header",  # etf1: a value or a name that is not UTF-8 text
+        "missing-field",  # countdown
+        "invalid-field",  # countdown: wrong type, or not Unicode text
+        "missing-callback-topic",
+        "invalid-callback-topic",
+        "callback-topic-not-allowed",
+        "payload-too-large",  # the stored timer and its table key exceed TIMERS_MAX_PAYLOAD_BYTES
+        "due-too-far",
+        "unknown-topic",  # the record's topic carries no requests
+        "internal-error",  # a parser raised: a bug of ours, the record is dead-lettered all the same
+    }
+)
+
+
+def shown(data: bytes | str | None, limit: int = 64) -> str:
+    """The repr of ``data`` for a detail, of its first ``limit`` items only: cheap on a 1 MB key."""
+    if data is None or len(data) <= limit:
+        return repr(data)
+    return f"{data[:limit]!r}… ({len(data)} {'bytes' if isinstance(data, bytes) else 'characters'})"
 
 
 @dataclass(frozen=True)
@@ -91,26 +130,24 @@ class ParseContext:
     def accept(self, record: SourceRecord, future: Future, due_ms: int) -> Schedule | Rejection:
         """The checks every timer passes, whatever its format; ``future.id`` must be set.
 
-        On success ``future`` is normalised (``due_ms`` set) and wrapped in the
-        :class:`StoredTimer` the table holds.
+        ``due_ms`` is epoch milliseconds, in 0..:data:`MAX_DUE_MS`. The stored
+        timer with its table key must fit in ``TIMERS_MAX_PAYLOAD_BYTES``: it is
+        one changelog record. On success ``future`` is normalised (``due_ms``
+        set) and wrapped in the :class:`StoredTimer` the table holds.
         """
         timer_id = future.id
-        if len(timer_id.encode()) > MAX_ID_BYTES:
+        id_bytes = len(timer_id.encode())
+        if id_bytes > MAX_ID_BYTES:
             return Rejection(record, "invalid-id", f"timer id longer than {MAX_ID_BYTES} bytes")
-        if due_ms < 0:
-            return Rejection(record, "bad-due-time", f"due time {due_ms} ms is negative", timer_id)
+        if not 0 <= due_ms <= MAX_DUE_MS:
+            where = "negative" if due_ms < 0 else "after 9999-12-31T23:59:59.999Z"
+            detail = f"due time {short(str(due_ms), 40)} ms is {where}; the allowed range is {_DUE_RANGE}"
+            return Rejection(record, "bad-due-time", detail, timer_id)
         problem = self.callback_topic_problem(future.callBackTopic)
         if problem is not None:
-            return Rejection(record, problem[0], problem[1], timer_id)
+            # The detail names the topic, which may be a megabyte of input.
+            return Rejection(record, problem[0], short(problem[1]), timer_id)
         config = self.config
-        if len(future.callBack) > config.max_payload_bytes:
-            return Rejection(
-                record,
-                "payload-too-large",
-                f"callBack is {len(future.callBack)} bytes; the limit is {config.max_payload_bytes} "
-                "(TIMERS_MAX_PAYLOAD_BYTES)",
-                timer_id,
-            )
         if config.max_due_ahead_s and due_ms > self.now_ms + config.max_due_ahead_s * 1000:
             return Rejection(
                 record,
@@ -118,7 +155,6 @@ class ParseContext:
                 f"due {due_ms} is more than {config.max_due_ahead_s}s ahead (TIMERS_MAX_DUE_AHEAD_S)",
                 timer_id,
             )
-        future.due_ms = due_ms
         stored = StoredTimer(
             source_partition=record.partition,
             source_offset=record.offset,
@@ -127,4 +163,16 @@ class ParseContext:
         )
         # CopyFrom is about twice as fast as StoredTimer(future=...): per timer, it counts.
         stored.future.CopyFrom(future)
+        stored.future.due_ms = due_ms
+        # What the changelog must carry: the stored timer and its table key.
+        size = stored.ByteSize() + TABLE_KEY_OVERHEAD + id_bytes
+        if size > config.max_payload_bytes:
+            return Rejection(
+                record,
+                "payload-too-large",
+                f"stored timer is {size} bytes with its table key (callBack {len(future.callBack)} bytes); "
+                f"the limit is {config.max_payload_bytes} (TIMERS_MAX_PAYLOAD_BYTES)",
+                timer_id,
+            )
+        future.due_ms = due_ms
         return Schedule(record, stored)

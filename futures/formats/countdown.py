@@ -15,6 +15,11 @@ When it fires, ``message`` (UTF-8) goes to ``topic`` with that key and the
 request's ``CALLER_SERVICE`` header, if it had one. The format has no id, so it
 has no update or cancel: every record is a new timer, with the stable derived id
 ``seed-<topic>-<partition>-<offset>``.
+
+Any value gives a timer or a rejection: numbers out of range (``1e400``,
+``Infinity``, thousands of digits) are ``bad-due-time``, strings that are no
+Unicode text (JSON ``"\\ud800"``) ``invalid-field``, what does not parse
+(nested too deeply included) ``undecodable``.
 """
 
 from __future__ import annotations
@@ -22,7 +27,7 @@ from __future__ import annotations
 import json
 import math
 
-from futures.formats.base import ParseContext, Rejection, Request
+from futures.formats.base import MAX_DUE_MS, ParseContext, Rejection, Request, short
 from futures.records import SourceRecord
 from ktimers.wire import Future, Header, header_value
 
@@ -34,16 +39,31 @@ F_COUNTDOWN = "countdown"
 F_AT = "at"
 F_KEY = "key"
 
+#: Seconds past which no due time is valid, from any record timestamp: year 9999.
+_MAX_SECONDS = MAX_DUE_MS // 1000 + 1
+
 
 def parse(record: SourceRecord, context: ParseContext) -> list[Request]:
     return [_parse(record, context)]
 
 
 def _seconds(value: object) -> float | None:
-    """A JSON number of seconds, or None (booleans are JSON numbers to Python, not to us)."""
+    """A JSON number of seconds, or None (booleans are JSON numbers to Python, not to us).
+
+    Python's JSON reads ``NaN``, ``Infinity`` and integers of thousands of
+    digits; an integer too large for a float comes back as an infinity (it is
+    out of range all the same), NaN as is.
+    """
     if isinstance(value, bool) or not isinstance(value, int | float):
         return None
-    return float(value) if math.isfinite(value) else None
+    if isinstance(value, int) and abs(value) > _MAX_SECONDS:
+        return math.inf if value > 0 else -math.inf  # float(value) would overflow
+    return float(value)
+
+
+def _number(value: object) -> str:
+    """A JSON number for a detail: a number of 4,000 digits is cut."""
+    return short(str(value), 40)
 
 
 def _parse(record: SourceRecord, context: ParseContext) -> Request:
@@ -52,8 +72,10 @@ def _parse(record: SourceRecord, context: ParseContext) -> Request:
         return Rejection(record, "undecodable", "tombstone (null value): expected a JSON object", tid)
     try:
         body = json.loads(record.value)
-    except (UnicodeDecodeError, ValueError) as exc:
-        return Rejection(record, "undecodable", f"not JSON: {exc}", tid)
+    except ValueError as exc:  # UnicodeDecodeError too; and integers of more than 4,300 digits
+        return Rejection(record, "undecodable", short(f"not JSON: {exc}"), tid)
+    except RecursionError:
+        return Rejection(record, "undecodable", "not JSON: nested too deeply", tid)
     if not isinstance(body, dict):
         return Rejection(record, "undecodable", f"expected a JSON object, got {type(body).__name__}", tid)
     for name in (F_TOPIC, F_MESSAGE):
@@ -80,14 +102,29 @@ def _parse(record: SourceRecord, context: ParseContext) -> Request:
     if isinstance(due_ms, Rejection):
         return due_ms
     caller = header_value(record.headers, H_CALLER)
-    future = Future(
-        callBackTopic=topic,
-        callBackKey=key,
-        callBack=message.encode(),
-        id=tid,
-        headers=[Header(key=H_CALLER, value=caller)] if caller is not None else [],
-    )
+    try:
+        future = Future(
+            callBackTopic=topic,
+            callBackKey=key,
+            callBack=message.encode(),
+            id=tid,
+            headers=[Header(key=H_CALLER, value=caller)] if caller is not None else [],
+        )
+    except ValueError:  # UnicodeEncodeError: JSON's "\ud800" escapes decode to lone surrogates
+        fields = ((F_TOPIC, topic), (F_MESSAGE, message), (F_KEY, key))
+        bad = next((n for n, v in fields if not _is_text(v)), None)
+        if bad is None:
+            raise
+        return Rejection(record, "invalid-field", f'"{bad}" is not Unicode text (a lone surrogate)', tid)
     return context.accept(record, future, due_ms)
+
+
+def _is_text(value: str) -> bool:
+    try:
+        value.encode()
+    except UnicodeEncodeError:
+        return False
+    return True
 
 
 def _due_ms(record: SourceRecord, body: dict[str, object], context: ParseContext) -> int | Rejection:
@@ -98,10 +135,13 @@ def _due_ms(record: SourceRecord, body: dict[str, object], context: ParseContext
         return Rejection(record, "missing-field" if not has_at else "bad-due-time", detail, tid)
     name = F_COUNTDOWN if has_countdown else F_AT
     seconds = _seconds(body[name])
-    if seconds is None:
+    if seconds is None or math.isnan(seconds):
         return Rejection(record, "bad-due-time", f'"{name}" must be a finite number of seconds', tid)
     if seconds < 0:
-        return Rejection(record, "bad-due-time", f'"{name}"={body[name]} is negative', tid)
+        return Rejection(record, "bad-due-time", f'"{name}"={_number(body[name])} is negative', tid)
+    if seconds > _MAX_SECONDS:
+        detail = f'"{name}"={_number(body[name])} seconds is beyond the year 9999'
+        return Rejection(record, "bad-due-time", detail, tid)
     if has_at:
         return round(seconds * 1000)
     sent_ms = record.timestamp_ms if record.timestamp_ms >= 0 else context.now_ms

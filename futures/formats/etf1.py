@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import re
 
-from futures.formats.base import CancelRequest, ParseContext, Rejection, Request
+from futures.formats.base import MAX_ID_BYTES, CancelRequest, ParseContext, Rejection, Request, shown
 from futures.records import SourceRecord
 from ktimers.wire import Future, Header, header_value
 
@@ -50,8 +50,11 @@ def _parse(record: SourceRecord, context: ParseContext) -> Request:
     try:
         schedule_id = record.key.decode()
     except UnicodeDecodeError:
-        return Rejection(record, "invalid-id", f"the record key {record.key!r} is not UTF-8 text")
+        return Rejection(record, "invalid-id", f"the record key {shown(record.key)} is not UTF-8 text")
     tid = timer_id(record, schedule_id)
+    if len(tid.encode()) > MAX_ID_BYTES:
+        # Checked before anything names the timer: such an id keys no table entry and no event.
+        return Rejection(record, "invalid-id", f"timer id {shown(tid)} is longer than {MAX_ID_BYTES} bytes")
     if record.value is None:
         return CancelRequest(record, tid)
     headers = record.headers
@@ -60,7 +63,7 @@ def _parse(record: SourceRecord, context: ParseContext) -> Request:
         return Rejection(record, "missing-header", f"no {H_EPOCH} header (the due epoch second)", tid)
     if not _EPOCH_SECONDS.fullmatch(epoch):
         return Rejection(
-            record, "bad-due-time", f"{H_EPOCH}={epoch!r} is not a non-negative epoch second", tid
+            record, "bad-due-time", f"{H_EPOCH}={shown(epoch)} is not a non-negative epoch second", tid
         )
     target_topic = header_value(headers, H_TARGET_TOPIC)
     target_key = header_value(headers, H_TARGET_KEY)
@@ -74,11 +77,18 @@ def _parse(record: SourceRecord, context: ParseContext) -> Request:
         return Rejection(
             record, "invalid-header", f"{H_TARGET_TOPIC} and {H_TARGET_KEY} must be UTF-8 text", tid
         )
-    out_headers = [
-        Header(key=name, value=value or b"")
-        for name, value in headers
-        if not name.startswith(_RESERVED_PREFIX)
-    ]
+    try:
+        out_headers = [
+            Header(key=name, value=value or b"")
+            for name, value in headers
+            if not name.startswith(_RESERVED_PREFIX)
+        ]
+    except ValueError:  # UnicodeEncodeError: a name that was not UTF-8 on the wire
+        bad = next((name for name, _ in headers if not _is_text(name)), None)
+        if bad is None:
+            raise
+        detail = f"header name {shown(bad)} is not UTF-8 text, so it cannot be carried to the callback"
+        return Rejection(record, "invalid-header", detail, tid)
     out_headers += [
         Header(key=H_TIMESTAMP, value=str(max(record.timestamp_ms, 0) // 1000).encode()),
         Header(key=H_KEY, value=record.key),
@@ -92,3 +102,13 @@ def _parse(record: SourceRecord, context: ParseContext) -> Request:
         headers=out_headers,
     )
     return context.accept(record, future, int(epoch) * 1000)
+
+
+def _is_text(name: str) -> bool:
+    # The consumer decodes header names with surrogateescape: bytes that were
+    # not UTF-8 come back as lone surrogates, which protobuf strings refuse.
+    try:
+        name.encode()
+    except UnicodeEncodeError:
+        return False
+    return True

@@ -12,6 +12,10 @@ writes them with a manifest of the offsets covered (:mod:`futures.jobs.snapshot`
   generation of `timer-request`, for a new worker group or cluster).
 * ``--truncate`` deletes request records below the compacted offsets, never
   beyond what the worker group has consumed. Off by default.
+
+A snapshot is only as good as `timer-events`: a fired timer whose FIRED event
+was deleted looks pending. Compaction refuses when that may have happened to a
+timer it keeps (:mod:`futures.jobs.retention`), unless ``--accept-event-loss``.
 """
 
 from __future__ import annotations
@@ -37,6 +41,7 @@ from futures.jobs.errors import JobError, SnapshotError
 from futures.jobs.logs import LogPlan, decode_event_rows, decode_requests, describe, plan_log, read_ranges
 from futures.jobs.offsets import consumer_config
 from futures.jobs.outputs import create_fresh_topic, request_records, write_records
+from futures.jobs.retention import EventLoss, EventsLog, KafkaEventsLog, check_events
 from futures.jobs.runner import JobParser, add_spark_arguments, run_main, spark_for, step
 from futures.jobs.snapshot import SNAPSHOT_COLUMNS, Manifest
 from futures.jobs.versions import ORIGIN_BASE, PENDING, Counts, classify, count
@@ -54,6 +59,7 @@ class CompactOptions:
     truncate: bool = False
     force: bool = False
     overwrite: bool = False
+    accept_event_loss: bool = False  # write the snapshot even if FIRED events may be gone
     max_records_per_split: int = 0
 
 
@@ -64,6 +70,7 @@ class Extracted:
     events: DataFrame  # raw Kafka rows of `timer-events`
     base: DataFrame | None = None  # the base snapshot's pending timers
     base_manifest: Manifest | None = None
+    event_loss: EventLoss | None = None  # events the classification needs that may be gone
 
 
 @dataclass
@@ -80,13 +87,20 @@ class CompactResult:
     seconds: float
     published: int = 0
     truncated: tuple[tuple[str, int, int], ...] = ()  # (topic, partition, deleted below offset)
+    event_loss: EventLoss | None = None
+    unchecked: int = 0  # pending timers due before event_loss.horizon_ms: they may have fired
 
 
 # -- extract -----------------------------------------------------------------
 
 
-def extract(spark: SparkSession, config: JobConfig, options: CompactOptions) -> Extracted:
-    """Pin the offsets to read (after the base snapshot's, if any) and open the logs."""
+def extract(
+    spark: SparkSession, config: JobConfig, options: CompactOptions, events_log: EventsLog | None = None
+) -> Extracted:
+    """Pin the offsets to read (after the base snapshot's, if any) and open the logs.
+
+    ``events_log`` answers the check of `timer-events` (default: the cluster itself).
+    """
     common = config.common
     base_manifest = base = None
     if options.base:
@@ -97,6 +111,14 @@ def extract(spark: SparkSession, config: JobConfig, options: CompactOptions) -> 
         base_manifest.events_ends() if base_manifest else None,
     )
     _check_coverage(plan, marks, base_manifest, config, options.force)
+    events_topic = common.topics.events
+    event_loss = check_events(
+        events_log or KafkaEventsLog(common.kafka.librdkafka()),
+        events_topic,
+        marks[events_topic],
+        base_manifest.events_ends() if base_manifest else {},
+        time.time_ns() // 1_000_000,
+    )
     split = options.max_records_per_split
     return Extracted(
         plan=plan,
@@ -104,6 +126,7 @@ def extract(spark: SparkSession, config: JobConfig, options: CompactOptions) -> 
         events=read_ranges(spark, common, plan.events, split),
         base=base,
         base_manifest=base_manifest,
+        event_loss=event_loss,
     )
 
 
@@ -193,13 +216,15 @@ def load(
     try:
         with step("reading and classifying " + describe(extracted.plan)):
             counts = count(classified, events)
+            unchecked = count_unchecked(classified, extracted.event_loss)
+        check_event_loss(extracted.event_loss, unchecked, options.accept_event_loss)
         manifest = Manifest.of(
             extracted.plan,
             common.kafka.bootstrap_servers,
             common.topics.request,
             common.topics.events,
             counts.pending,
-            counts.as_dict(),
+            {**counts.as_dict(), "unchecked": unchecked},
             options.base,
         )
         pending = classified.filter(F.col("status") == PENDING).select(*SNAPSHOT_COLUMNS[:-1])
@@ -217,7 +242,42 @@ def load(
     if options.truncate:
         with step("truncating the request topics below the compacted offsets"):
             truncated = truncate(config, extracted.plan)
-    return CompactResult(manifest, counts, time.monotonic() - started, published, truncated)
+    return CompactResult(
+        manifest, counts, time.monotonic() - started, published, truncated, extracted.event_loss, unchecked
+    )
+
+
+def count_unchecked(classified: DataFrame, loss: EventLoss | None) -> int:
+    """Pending timers due at or before the horizon of ``loss``: their FIRED event may be gone.
+
+    A timer never fires early, so one due after the horizon cannot have fired unseen.
+    """
+    if loss is None:
+        return 0
+    return int(classified.filter((F.col("status") == PENDING) & (F.col("due_ms") <= loss.horizon_ms)).count())
+
+
+def check_event_loss(loss: EventLoss | None, unchecked: int, accept: bool) -> None:
+    """Refuse a snapshot that may keep fired timers as pending, unless ``accept``."""
+    if loss is None:
+        return
+    due = datetime.fromtimestamp(loss.horizon_ms / 1000, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    why = "; ".join(loss.reasons)
+    if not unchecked:
+        log.info("%s; no pending timer was due before %s, so none can have fired unseen", why, due)
+        return
+    timers = f"{unchecked:,} pending timer{'s' if unchecked != 1 else ''}"
+    if accept:
+        log.warning("--accept-event-loss: %s due before %s may have fired already (%s); "
+                    "replaying this snapshot fires them again", timers, due, why)  # fmt: skip
+        return
+    raise SnapshotError(
+        f"FIRED events this compaction needs may be gone: {why}. {timers} due before {due} may have "
+        "fired already, and replaying the snapshot would fire them again. Keep timer-events at least "
+        "as long as the requests you compact (retention.ms=-1, cleanup.policy=delete), or compact "
+        "with --base more often than its retention; or pass --accept-event-loss to write the "
+        "snapshot anyway, with them as pending."
+    )
 
 
 def truncate(config: JobConfig, plan: LogPlan) -> tuple[tuple[str, int, int], ...]:
@@ -294,6 +354,12 @@ def build_parser() -> argparse.ArgumentParser:
         "committed offsets); keep the snapshot, the next compaction needs it as --base",
     )
     parser.add_argument("--force", action="store_true", help="go on despite a coverage or manifest mismatch")
+    parser.add_argument(
+        "--accept-event-loss",
+        action="store_true",
+        help="write the snapshot even though FIRED events may have left timer-events (retention): "
+        "the timers they fired then stay pending, and are counted",
+    )
     parser.add_argument("--overwrite", action="store_true", help="replace an existing snapshot at --out")
     add_spark_arguments(parser)
     return parser
@@ -308,6 +374,7 @@ def _job(args: argparse.Namespace) -> int:
         truncate=args.truncate,
         force=args.force,
         overwrite=args.overwrite,
+        accept_event_loss=args.accept_event_loss,
         max_records_per_split=args.max_records_per_split,
     )
     spark = spark_for(args, PROG)
@@ -323,6 +390,9 @@ def print_result(result: CompactResult, options: CompactOptions) -> None:
     for line in result.counts.lines():
         print(line)
     rate = result.counts.read / result.seconds if result.seconds > 0 else 0.0
+    if result.unchecked:
+        print(f"unchecked   {result.unchecked:>12,}  pending, but their FIRED event may be gone: "
+              "a replay may fire them again")  # fmt: skip
     print(f"snapshot    {options.out} ({result.counts.pending:,} pending timers)")
     print(f"took        {result.seconds:.1f}s ({rate:,.0f} request rows/s)")
     if result.published:

@@ -31,7 +31,7 @@ import logging
 import time
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, cast
+from typing import Any
 
 import pyarrow as pa
 from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Producer, TopicPartition
@@ -56,6 +56,7 @@ from futures.jobs.offsets import (
 )
 from ktimers.config import KafkaConfig
 from ktimers.errors import DeliveryError
+from ktimers.wire import message_headers
 
 log = logging.getLogger(__name__)
 
@@ -279,8 +280,9 @@ class _Rows:
         self.offsets.append(offset)
         kind, ms = msg.timestamp()  # (type, epoch ms); type 0 = not available
         self.timestamps.append(ms * 1000 if kind and ms >= 0 else None)
-        # A consumed message's headers are always a list of (name, bytes | None).
-        headers = cast(list[tuple[str, bytes | None]], msg.headers() or [])
+        # Headers with a key that is not UTF-8 cannot be read here: the record is
+        # judged without them, as the worker's read-back (futures/gaps.py) does.
+        headers = message_headers(msg) or ()
         self.headers.append([{"key": k, "value": v} for k, v in headers])
 
     def batch(self) -> pa.RecordBatch:

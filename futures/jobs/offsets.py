@@ -37,6 +37,10 @@ CONSUMER_DEFAULTS: dict[str, Any] = {
     "fetch.wait.max.ms": 100,
     # The default of 1000 ms caps a consumer near 212 k msg/s (STACK.md).
     "fetch.queue.backoff.ms": 10,
+    # Records planned but deleted before a task reads them (retention) must fail the
+    # read: librdkafka's default jumps to the end and the rest of the range looks empty,
+    # which turns fired timers whose events were skipped into pending ones.
+    "auto.offset.reset": "error",
 }
 
 
@@ -156,6 +160,22 @@ class OffsetPlanner:
         finally:
             self._consumer.unassign()
         return max(high, listed_high)
+
+    def timestamp_at(self, topic: str, partition: int, offset: int) -> int | None:
+        """Timestamp (epoch ms) of the record at ``offset``, or the first after it; None if none."""
+        self._consumer.assign([TopicPartition(topic, partition, offset)])
+        try:
+            for msg in self._consumer.consume(1, timeout=self._timeout_s):
+                err = msg.error()
+                if err is not None:
+                    if err.code() == KafkaError._PARTITION_EOF:
+                        return None
+                    raise SourceError(f"{topic}[{partition}] at offset {offset}: {err.str()}")
+                kind, ms = msg.timestamp()
+                return ms if kind and ms >= 0 else None
+        finally:
+            self._consumer.unassign()
+        return None
 
     def offsets_for_time(self, topic: str, partitions: Sequence[int], timestamp_ms: int) -> dict[int, int]:
         """First offset at or after ``timestamp_ms`` per partition; :data:`LATEST` when none is."""

@@ -68,13 +68,13 @@ def _callbacks(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
     from futures.engine import callback_headers
 
     for batch in batches:
-        fired_ms = time.time_ns() // 1_000_000
+        futures = [Future.FromString(raw) for raw in batch.column("future").to_pylist()]
+        latest = max(futures, key=lambda f: f.due_ms, default=None)
+        fired_ms = not_before(latest.due_ms, f"timer {latest.id!r}") if latest else 0
         out: dict[str, list[Any]] = {name: [] for name in _RECORD_ARROW.names}
-        futures = batch.column("future").to_pylist()
         partitions = batch.column("partition").to_pylist()
         offsets = batch.column("offset").to_pylist()
-        for raw, partition, offset in zip(futures, partitions, offsets, strict=True):
-            future = Future.FromString(raw)
+        for future, partition, offset in zip(futures, partitions, offsets, strict=True):
             timer = StoredTimer(future=future, source_partition=partition, source_offset=offset)
             out["topic"].append(future.callBackTopic)
             out["partition"].append(None)
@@ -82,6 +82,29 @@ def _callbacks(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
             out["value"].append(future.callBack)
             out["headers"].append([{"key": k, "value": v} for k, v in callback_headers(timer, fired_ms)])
         yield pa.RecordBatch.from_pydict(out, schema=_RECORD_ARROW)
+
+
+#: How long a Spark task waits for a callback to become due before it refuses (seconds).
+#: ``timers-replay`` only sends timers due before now; this covers an executor whose clock
+#: is a little behind the driver's. Further ahead is no clock skew but a timer not yet due.
+MAX_EARLY_WAIT_S = 10.0
+
+
+def not_before(due_ms: int, what: str = "a timer") -> int:
+    """The clock (epoch ms) once it reads ``due_ms`` (epoch ms) or later: never send early.
+
+    Waits up to :data:`MAX_EARLY_WAIT_S`; further ahead raises :class:`JobError` naming ``what``.
+    """
+    now = time.time_ns() // 1_000_000
+    if due_ms - now > MAX_EARLY_WAIT_S * 1000:
+        raise JobError(
+            f"refusing to send the callback of {what} {(due_ms - now) / 1000:.1f}s before it is due "
+            "(a timer never fires early): re-send only timers already due"
+        )
+    while now < due_ms:
+        time.sleep((due_ms - now) / 1000)
+        now = time.time_ns() // 1_000_000
+    return now
 
 
 def write_records(records: DataFrame, common: CommonConfig) -> None:

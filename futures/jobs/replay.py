@@ -11,6 +11,9 @@ From a snapshot (``--snapshot``) or straight from the log (``--from-log``):
   would set. From the log that is every callback due in the window that fired
   or is still pending; from a snapshot, the pending ones. For "replay
   everything due between 09:00 and 09:30 to orders-retry" after an outage.
+  A timer never fires early, so B may not be after now: a window reaching into
+  the future is refused (pending timers fire on their own, or are re-published
+  to `timer-request` for the worker to fire on time).
 
 ``--dry-run`` prints what would be written and writes nothing. A snapshot whose
 manifest names another cluster or partition count is refused unless ``--force``
@@ -21,6 +24,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -62,11 +66,22 @@ class ReplayOptions:
     force: bool = False
     max_records_per_split: int = 0
 
-    def validate(self) -> None:
+    def validate(self, now_ms: int | None = None) -> None:
+        """Refuse what cannot be meant; ``now_ms`` (epoch ms) defaults to the clock."""
         if self.to_topic and (self.due_from_ms is None or self.due_to_ms is None):
             raise UsageError("--to-topic re-sends callbacks of a due window: give --due-from and --due-to")
         if self.due_from_ms is not None and self.due_to_ms is not None and self.due_from_ms >= self.due_to_ms:
             raise UsageError("--due-from must be before --due-to")
+        now = time.time_ns() // 1_000_000 if now_ms is None else now_ms
+        if self.to_topic and self.due_to_ms is not None and self.due_to_ms > now:
+            # Sending now the callback of a timer due later would fire it early: never.
+            raise UsageError(
+                f"--due-to {_iso(self.due_to_ms)} is in the future, and a timer never fires early: "
+                "re-sending the callbacks of timers not yet due would. Re-send up to now at most "
+                "(--due-to now). Pending timers fire on their own when due; if the worker lost them, "
+                "re-publish them to timer-request (the same command without --to-topic) and it fires "
+                "them on time"
+            )
 
 
 @dataclass
@@ -92,6 +107,11 @@ def extract(spark: SparkSession, config: JobConfig, options: ReplayOptions) -> E
     """The timers to choose from: a snapshot's pending set, or every version in the log."""
     if options.snapshot:
         manifest, timers = snapshot.read(spark, options.snapshot)
+        unchecked = int(manifest.counts.get("unchecked") or 0)
+        if unchecked:
+            log.warning("%s was written with --accept-event-loss: %d of its pending timers may have fired "
+                        "already (their FIRED event was gone), and fire again if replayed",
+                        options.snapshot, unchecked)  # fmt: skip
         return Extracted(timers.withColumn("status", F.lit(PENDING)), options.snapshot, manifest)
     plan, _ = plan_log(config.common)
     split = options.max_records_per_split
@@ -223,11 +243,14 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--due-from", type=instant_ms, metavar="TIME", help=f"only timers due at or after: {INSTANT_ARG_HELP}"
     )
-    parser.add_argument("--due-to", type=instant_ms, metavar="TIME", help="only timers due before this time")
+    parser.add_argument(
+        "--due-to", type=instant_ms, metavar="TIME", help="only timers due before this time (or now)"
+    )
     parser.add_argument(
         "--to-topic",
         metavar="TOPIC",
-        help="re-send the callbacks addressed to TOPIC due in --due-from..--due-to, instead of re-publishing",
+        help="re-send the callbacks addressed to TOPIC due in --due-from..--due-to, instead of "
+        "re-publishing; --due-to may not be after now (a timer never fires early)",
     )
     parser.add_argument("--dry-run", action="store_true", help="print what would be written; write nothing")
     parser.add_argument(

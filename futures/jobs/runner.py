@@ -64,14 +64,16 @@ def add_spark_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def instant_ms(text: str) -> int:
-    """``--due-from``/``--due-to`` values: ISO 8601 with a zone, or epoch seconds → epoch ms."""
+    """``--due-from``/``--due-to`` values: ISO 8601 with a zone, epoch seconds or ``now`` → epoch ms."""
+    if text.strip().lower() == "now":
+        return time.time_ns() // 1_000_000
     try:
         return round(parse_instant(text) * 1000)
     except ValueError as exc:
         raise argparse.ArgumentTypeError(str(exc)) from exc
 
 
-INSTANT_ARG_HELP = INSTANT_HELP
+INSTANT_ARG_HELP = f"{INSTANT_HELP}, or now"
 
 
 def setup_logging(quiet: bool) -> None:

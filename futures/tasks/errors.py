@@ -11,3 +11,7 @@ class TaskError(TimersError):
 
 class UnknownTask(TaskError):
     """No task is registered under this name."""
+
+
+class UnschedulableRetry(TaskError):
+    """The retry of a failed call cannot become a timer (e.g. too large to write): it is dead-lettered."""

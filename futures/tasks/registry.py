@@ -18,21 +18,18 @@ Only names registered in the worker's registry run.
 from __future__ import annotations
 
 import inspect
-import re
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any, Generic, TypeVar
 
 from futures.client import AsyncTimerClient, TimerClient, TimerHandle
-from futures.tasks.codec import TaskCall
+from futures.tasks.codec import TASK_NAME, TaskCall
 from futures.tasks.config import RetryPolicy, TaskConfig
 from futures.tasks.errors import TaskError, UnknownTask
 from ktimers.config import CommonConfig
 
 R = TypeVar("R")
-
-_NAME = re.compile(r"[A-Za-z0-9._:-]{1,200}")
 
 
 @dataclass(frozen=True, eq=False)
@@ -142,7 +139,7 @@ class TaskRegistry:
 
         ``max_retries``/``backoff_s`` override the registry's retry policy for this task.
         """
-        if not isinstance(name, str) or not _NAME.fullmatch(name):
+        if not isinstance(name, str) or not TASK_NAME.fullmatch(name):
             raise TaskError(f"task name {name!r}: use 1-200 letters, digits, '.', '_', ':' or '-'")
         if name in self._tasks:
             raise TaskError(f"task {name!r} is already registered (by {self._tasks[name].fn.__qualname__})")

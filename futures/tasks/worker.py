@@ -5,6 +5,11 @@ found as ``ATTR``, default ``tasks``), joins the consumer group
 ``TIMERS_TASKS_GROUP`` on ``TIMERS_TASKS_TOPIC`` and runs each call as it
 arrives. A record's offset is committed only after its task ran, or its retry
 timer or dead letter was acknowledged by the broker: at least once.
+
+No record stops it: whatever it cannot read as a call (not JSON, nested too
+deep, unreadable headers...) is dead-lettered with its reason and committed,
+and a dead letter too large for the producer is cut down to fit
+(``kt-truncated``, ``kt-original-size``; see :mod:`ktimers.deadletter`).
 """
 
 from __future__ import annotations
@@ -24,19 +29,31 @@ from futures.guard import TokenGuard
 from futures.records import SourceRecord
 from futures.tasks.codec import TaskCall
 from futures.tasks.config import TaskConfig
-from futures.tasks.errors import TaskError
+from futures.tasks.errors import TaskError, UnschedulableRetry
 from futures.tasks.registry import TaskRegistry
 from futures.tasks.runner import DeadLetter, TaskRunner
 from ktimers.config import CommonConfig
+from ktimers.deadletter import dead_letter, short
 from ktimers.errors import DeliveryError, TimersError
 from ktimers.shutdown import StopFlag
-from ktimers.wire import H_ERROR, H_REASON, H_SOURCE_OFFSET, H_SOURCE_PARTITION, H_SOURCE_TOPIC
+from ktimers.wire import (
+    H_ERROR,
+    H_REASON,
+    H_SOURCE_OFFSET,
+    H_SOURCE_PARTITION,
+    H_SOURCE_TOPIC,
+    message_headers,
+)
 
 log = logging.getLogger("futures.tasks")
 
 H_TASK = "kt-task"
 H_ATTEMPTS = "kt-attempts"
 READY = "task worker ready"
+#: The dead-letter producer's ``message.max.bytes`` (librdkafka's default): letters are cut to fit it.
+MAX_RECORD_BYTES = 1_000_000
+
+Headers = list[tuple[str, str | bytes | None]]
 
 
 def ensure_topics(common: CommonConfig, config: TaskConfig, timeout_s: float = 30.0) -> list[str]:
@@ -63,17 +80,43 @@ def ensure_topics(common: CommonConfig, config: TaskConfig, timeout_s: float = 3
     return created
 
 
-def _record(msg: Message) -> SourceRecord:
-    headers = msg.headers() or []
-    pairs = headers.items() if isinstance(headers, dict) else headers
-    return SourceRecord(
+def _record(msg: Message) -> tuple[SourceRecord, str]:
+    """The record, and why its headers could not be read ("" when they could)."""
+    problem = ""
+    headers = message_headers(msg)
+    if headers is None:
+        headers = ()
+        problem = "its headers cannot be read: a header key is not UTF-8"
+    record = SourceRecord(
         topic=msg.topic() or "",
         partition=msg.partition() or 0,
         offset=msg.offset() or 0,
         key=msg.key(),
         value=msg.value(),
-        headers=tuple((name, value.encode() if isinstance(value, str) else value) for name, value in pairs),
+        headers=headers,
     )
+    return record, problem
+
+
+def dead_letter_record(letter: DeadLetter, max_bytes: int) -> tuple[bytes | None, bytes | None, Headers]:
+    """Key, value and headers of the dead letter of ``letter``: the record as it was, and why,
+    cut down to ``max_bytes`` when it would not fit (see :func:`ktimers.deadletter.dead_letter`)."""
+    record = letter.record
+    ours = [
+        (H_REASON, _text(letter.reason)),
+        (H_ERROR, _text(short(letter.error))),
+        (H_TASK, _text(short(letter.task))),
+        (H_ATTEMPTS, str(letter.attempts).encode()),
+        (H_SOURCE_TOPIC, _text(record.topic)),
+        (H_SOURCE_PARTITION, str(record.partition).encode()),
+        (H_SOURCE_OFFSET, str(record.offset).encode()),
+    ]
+    key, value, headers = dead_letter(record.key, record.value, record.headers, ours, max_bytes)
+    return key, value, list(headers)
+
+
+def _text(text: str) -> bytes:
+    return text.encode("utf-8", "backslashreplace")
 
 
 class TaskWorker:
@@ -91,35 +134,43 @@ class TaskWorker:
         self.common = common or registry.common
         self.config = config or registry.config
         self._producer = Producer(
-            {**self.common.kafka.librdkafka(), "enable.idempotence": True, "acks": "all"}
+            {
+                **self.common.kafka.librdkafka(),
+                "enable.idempotence": True,
+                "acks": "all",
+                "message.max.bytes": MAX_RECORD_BYTES,
+            }
         )
         self._errors: list[str] = []
         self.runner = TaskRunner(registry, self._schedule_retry, self._dead_letter, guard=guard)
         self.assigned = False
 
     def _schedule_retry(self, call: TaskCall, delay_s: float, timer_id: str) -> None:
-        self.registry.client.schedule(self.config.topic, call.task, call.encode(), delay=delay_s, id=timer_id)
+        try:
+            self.registry.client.schedule(
+                self.config.topic, call.task, call.encode(), delay=delay_s, id=timer_id
+            )
+        except DeliveryError as exc:
+            cause = exc.__cause__
+            if isinstance(cause, KafkaException) and cause.args[0].code() == KafkaError.MSG_SIZE_TOO_LARGE:
+                raise UnschedulableRetry(f"the call is too large for a retry timer: {exc}") from exc
+            raise
 
     def _dead_letter(self, letter: DeadLetter) -> None:
-        record = letter.record
-        headers: list[tuple[str, str | bytes | None]] = [
-            *record.headers,
-            (H_REASON, letter.reason.encode()),
-            (H_ERROR, letter.error.encode()),
-            (H_TASK, letter.task.encode()),
-            (H_ATTEMPTS, str(letter.attempts).encode()),
-            (H_SOURCE_TOPIC, record.topic.encode()),
-            (H_SOURCE_PARTITION, str(record.partition).encode()),
-            (H_SOURCE_OFFSET, str(record.offset).encode()),
-        ]
+        key, value, headers = dead_letter_record(letter, MAX_RECORD_BYTES)
 
         def on_delivery(err: KafkaError | None, _msg: Message) -> None:
             if err is not None:
                 self._errors.append(err.str())
 
-        self._producer.produce(
-            self.config.dlq, record.value, record.key, headers=headers, on_delivery=on_delivery
-        )
+        while True:
+            try:
+                self._producer.produce(self.config.dlq, value, key, headers=headers, on_delivery=on_delivery)
+                return
+            except BufferError:
+                self._producer.poll(0.1)  # the local queue is full: serve delivery reports to make room
+            except KafkaException as exc:
+                raise DeliveryError(f"could not produce a dead letter to {self.config.dlq!r}: {exc}") from exc
 
     def _make_durable(self) -> None:
         """Wait until retries and dead letters of the handled records are acknowledged."""
@@ -162,7 +213,12 @@ class TaskWorker:
                         if err.code() != KafkaError._PARTITION_EOF:
                             log.warning("task topic: %s", err.str())
                         continue
-                    self.runner.handle(_record(msg))
+                    record, problem = _record(msg)
+                    if problem:
+                        # Without its headers its id and token are unknown: never run it.
+                        self.runner.reject(record, "undecodable", problem)
+                    else:
+                        self.runner.handle(record)
                     handled = True
                 if handled:
                     self._make_durable()

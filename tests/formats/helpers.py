@@ -19,7 +19,8 @@ CONFIG = WorkerConfig(
         )
     ),
     allowed_callback_topics=("cb-*", "online-videos", "T"),
-    max_payload_bytes=100,
+    # A stored timer with its table key, headers and all, must fit (etf1's carry ~200 bytes).
+    max_payload_bytes=1000,
     max_due_ahead_s=400 * 86400,
 )
 

@@ -73,7 +73,7 @@ def test_reading_the_record_again_gives_the_same_timer():
         ({"topic": "T", "message": "m", "countdown": 1, "key": 5}, "invalid-field", '"key"'),
         ({"topic": "", "message": "m", "countdown": 1}, "missing-callback-topic", "empty"),
         ({"topic": "nope", "message": "m", "countdown": 1}, "callback-topic-not-allowed", "nope"),
-        ({"topic": "T", "message": "x" * 101, "countdown": 1}, "payload-too-large", "101"),
+        ({"topic": "T", "message": "x" * 1000, "countdown": 1}, "payload-too-large", "callBack 1000 bytes"),
     ],
 )
 def test_malformed_requests_are_rejected_with_a_stable_reason(body, reason, detail):

@@ -93,7 +93,7 @@ def test_our_reserved_headers_are_not_carried_over():
         (schedule(scheduler_target_topic=b"bad topic!"), "invalid-callback-topic", "bad topic!"),
         (schedule(scheduler_target_topic=b"elsewhere"), "callback-topic-not-allowed", "elsewhere"),
         (schedule(scheduler_target_topic=ETF1_TOPIC.encode()), "callback-topic-not-allowed", "internal"),
-        (schedule(value=b"x" * 101), "payload-too-large", "101 bytes"),
+        (schedule(value=b"x" * 1000), "payload-too-large", "callBack 1000 bytes"),
         (schedule(scheduler_epoch=str(EPOCH + 500 * 86400).encode()), "due-too-far", "ahead"),
     ],
 )

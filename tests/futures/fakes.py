@@ -93,8 +93,10 @@ class FakeMessage:
 class FakeProducer:
     """Records messages in ``sent``; delivers (or fails) them on ``poll``/``flush``."""
 
-    def __init__(self, fail: FailFn | None = None) -> None:
+    def __init__(self, fail: FailFn | None = None, max_bytes: int | None = None) -> None:
         self.fail: FailFn = fail or (lambda topic: None)
+        #: librdkafka's message.max.bytes: produce() refuses larger records.
+        self.max_bytes = max_bytes
         #: Errors raised by produce() itself, before queueing, as librdkafka does
         #: for a record larger than message.max.bytes.
         self.refuse: FailFn = lambda topic: None
@@ -117,6 +119,13 @@ class FakeProducer:
         if refusal is not None:
             raise KafkaException(refusal)
         pairs = headers.items() if isinstance(headers, dict) else headers or ()
+        for name, _ in pairs:
+            name.encode()  # librdkafka cannot send a key that is not UTF-8 (confluent-kafka crashes)
+        if self.max_bytes is not None:
+            size = len(_bytes(key) or b"") + len(_bytes(value) or b"")
+            size += sum(len(name.encode()) + len(_bytes(v) or b"") for name, v in pairs)
+            if size > self.max_bytes:
+                raise KafkaException(KafkaError(KafkaError.MSG_SIZE_TOO_LARGE, f"{size} bytes"))
         sent = Sent(
             topic=topic,
             partition=None if partition == -1 else partition,
@@ -167,3 +176,15 @@ class FakeProducer:
     def events(self, topic: str = "timer-events") -> list[TimerEvent]:
         """Delivered ``TimerEvent``s, decoded."""
         return [TimerEvent.FromString(s.value or b"") for s in self.on(topic)]
+
+
+class FakeTopics:
+    """A ``TopicDirectory`` (futures/destinations.py): every topic exists, unless ``problems`` says not."""
+
+    def __init__(self) -> None:
+        self.problems: dict[str, KafkaError] = {}
+        self.asked: list[str] = []
+
+    def problem(self, topic: str) -> KafkaError | None:
+        self.asked.append(topic)
+        return self.problems.get(topic)

@@ -9,7 +9,7 @@ from futures.config import WorkerConfig
 from futures.engine import wall_clock_ms
 from ktimers.config import CommonConfig, KafkaConfig
 from ktimers.wire import TimerEvent
-from tests.futures.test_engine import Rig
+from tests.futures.rig import Rig
 
 Kind = TimerEvent.Kind
 

@@ -17,7 +17,7 @@ from futures.records import SourceRecord
 from futures.table import PROGRESS_KEY, TOPIC_PROGRESS_PREFIX, PartitionTimers, progress_record, table_key
 from ktimers.config import CommonConfig, IngressFormat, TopicsConfig
 from ktimers.wire import Future, FutureBatch
-from tests.futures.test_engine import T_MS, Rig, T
+from tests.futures.rig import T_MS, Rig, T
 
 ETF1 = "schedules"
 

@@ -7,6 +7,7 @@ import pytest
 from futures.config import WorkerConfig
 from futures.records import SourceRecord
 from futures.requests import MAX_ID_BYTES, CancelRequest, Rejection, Schedule, parse_request
+from futures.table import table_key
 from ktimers.config import CommonConfig, TopicsConfig
 from ktimers.wire import Cancel, Future, Header
 
@@ -167,12 +168,31 @@ def test_topic_with_trailing_newline_is_rejected():
     assert rejected(record(future(callBackTopic="orders\n"))).reason == "invalid-callback-topic"
 
 
-def test_payload_limit_is_inclusive():
-    config = WorkerConfig(max_payload_bytes=10)
-    assert isinstance(parse(record(future(callBack=b"x" * 10)), config), Schedule)
-    too_big = rejected(record(future(callBack=b"x" * 11)), config)
+def stored_size(result: Schedule) -> int:
+    """What the changelog record of a timer carries: the stored timer and its table key."""
+    return len(result.timer.SerializeToString()) + len(table_key(result.due_ms, result.timer_id))
+
+
+def test_payload_limit_is_on_the_stored_timer_and_inclusive():
+    value = future(callBack=b"x" * 10)
+    accepted = parse(record(value))
+    assert isinstance(accepted, Schedule)
+    size = stored_size(accepted)
+    assert isinstance(parse(record(value), WorkerConfig(max_payload_bytes=size)), Schedule)
+    too_big = rejected(record(value), WorkerConfig(max_payload_bytes=size - 1))
     assert too_big.reason == "payload-too-large"
+    assert f"stored timer is {size} bytes" in too_big.detail
+    assert "(callBack 10 bytes)" in too_big.detail
     assert "TIMERS_MAX_PAYLOAD_BYTES" in too_big.detail
+
+
+def test_headers_and_id_count_towards_the_payload_limit():
+    # A tiny callBack does not make a timer small: everything stored is in the changelog record.
+    config = WorkerConfig(max_payload_bytes=1000)
+    bulky = future(callBack=b"x", headers=[Header(key=f"h{n}", value=b"v" * 100) for n in range(10)])
+    assert rejected(record(bulky), config).reason == "payload-too-large"
+    long_id = future(callBack=b"x", id="i" * MAX_ID_BYTES, token="t" * 500)
+    assert rejected(record(long_id), config).reason == "payload-too-large"
 
 
 def test_due_ahead_limit():

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import time
+
 import pytest
 from pyspark.errors import PySparkException
 
 from futures.jobs import compact, replay, report
-from futures.jobs.runner import JobParser, run_main
+from futures.jobs.runner import JobParser, instant_ms, run_main
 from futures.jobs.session import resolve_master
 
 
@@ -56,3 +58,19 @@ def test_master_defaults_to_local_unless_spark_submit_chose(monkeypatch: pytest.
     assert resolve_master("spark://h:7077") == "spark://h:7077"
     monkeypatch.setenv("PYSPARK_GATEWAY_PORT", "40000")
     assert resolve_master(None) is None
+
+
+def test_replay_refuses_to_resend_callbacks_of_timers_not_yet_due(capsys: pytest.CaptureFixture[str]) -> None:
+    args = ["--from-log", "--to-topic", "orders-retry", "--due-from", "2026-11-23T09:00:00Z"]
+    assert replay.main([*args, "--due-to", "2999-01-01T00:00:00Z"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith(
+        "timers-replay: error: --due-to 2999-01-01T00:00:00.000Z is in the future, "
+        "and a timer never fires early"
+    )
+    assert "(--due-to now)" in err and "re-publish them to timer-request" in err
+
+
+def test_now_is_a_time(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(time, "time_ns", lambda: 1_795_000_000_123_456_789)
+    assert instant_ms("now") == instant_ms(" NOW ") == 1_795_000_000_123

@@ -1,0 +1,116 @@
+"""Fetched records whose header keys are not UTF-8 reach the engine instead of stopping the consumer.
+
+Kafka header keys are meant to be UTF-8, but the broker does not check, and
+some clients send any bytes. aiokafka decodes every header key strictly while
+it unpacks a fetch (its C extension), so one such record raises inside the
+consumer — before any code of ours sees it — and, read again after the
+restart, stops every worker that takes the partition over.
+
+:func:`install` wraps the ``MemoryRecords`` of aiokafka's fetcher: batches
+are still unpacked by the C extension; only a batch that fails to decode is
+unpacked again in Python with ``surrogateescape`` header keys, from the
+record after the last one already delivered. Such a key reaches the engine
+as a ``str`` with lone surrogates (:func:`ktimers.wire.printable_header_key`
+turns it back into text a producer accepts), and the record is judged like any
+other: a parser that needs the header rejects it with a reason.
+"""
+
+from __future__ import annotations
+
+import struct
+from collections.abc import Iterator
+from typing import Any, SupportsIndex
+
+from aiokafka.consumer import fetcher
+from aiokafka.errors import CorruptRecordException
+from aiokafka.record.default_records import _DefaultRecordBatchPy
+from aiokafka.record.memory_records import MemoryRecords
+
+_LOG_OVERHEAD = struct.calcsize(">qi")  # base offset, batch length
+_LENGTH = struct.Struct(">i")
+_MAGIC_OFFSET = struct.calcsize(">qii")
+
+
+class _LenientBytes(bytes):
+    def decode(self, encoding: str = "utf-8", errors: str = "strict") -> str:
+        return super().decode(encoding, "surrogateescape")
+
+
+class _LenientBuffer(bytearray):
+    """A batch buffer whose slices decode with ``surrogateescape`` (the Python unpacker decodes slices)."""
+
+    def __getitem__(self, index: SupportsIndex | slice) -> Any:
+        item = super().__getitem__(index)
+        return _LenientBytes(item) if isinstance(index, slice) else item
+
+
+class _LenientBatch(_DefaultRecordBatchPy):
+    _buffer: bytearray
+
+    def _maybe_uncompress(self) -> None:
+        super()._maybe_uncompress()
+        if not isinstance(self._buffer, _LenientBuffer):
+            self._buffer = _LenientBuffer(self._buffer)
+
+
+class _Batch:
+    """One record batch: the C extension's, re-read leniently only when its header keys fail to decode."""
+
+    def __init__(self, batch: Any, raw: memoryview) -> None:
+        self._batch = batch
+        self._raw = raw
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._batch, name)
+
+    def __iter__(self) -> Iterator[Any]:
+        last = -1
+        try:
+            for record in self._batch:
+                last = record.offset
+                yield record
+        except (CorruptRecordException, UnicodeDecodeError) as exc:
+            if not _is_decode_error(exc):
+                raise
+            for record in _LenientBatch(self._raw):
+                if record.offset > last:
+                    yield record
+
+
+def _is_decode_error(exc: BaseException) -> bool:
+    while exc is not None:
+        if isinstance(exc, UnicodeDecodeError) or "UnicodeDecodeError" in str(exc):
+            return True
+        exc = exc.__cause__ or exc.__context__  # type: ignore[assignment]
+    return False
+
+
+class LenientMemoryRecords:
+    """aiokafka's ``MemoryRecords`` that keeps each batch's bytes for a lenient second read."""
+
+    def __init__(self, data: bytes) -> None:
+        self._records = MemoryRecords(data)
+        self._data = memoryview(data)
+        self._pos = 0
+
+    def size_in_bytes(self) -> int:
+        return self._records.size_in_bytes()
+
+    def has_next(self) -> bool:
+        return self._records.has_next()
+
+    def next_batch(self) -> Any:
+        batch = self._records.next_batch()
+        if batch is None:
+            return None
+        start = self._pos
+        end = start + _LOG_OVERHEAD + _LENGTH.unpack_from(self._data, start + 8)[0]
+        self._pos = end
+        if self._data[start + _MAGIC_OFFSET] < 2:
+            return batch  # legacy formats have no headers
+        return _Batch(batch, self._data[start:end])
+
+
+def install() -> None:
+    """Make every aiokafka consumer of this process unpack fetches with :class:`LenientMemoryRecords`."""
+    fetcher.MemoryRecords = LenientMemoryRecords
