@@ -213,7 +213,9 @@ class TimerEngine:
                     elif isinstance(request, CancelRequest):
                         self._cancel(request, part)
                     else:
-                        self._reject(request.record, request.reason, request.detail, request.timer_id)
+                        self._reject(
+                            request.record, request.reason, request.detail, request.timer_id, request.headers
+                        )
                 if staged >= self.config.fire_chunk_size:
                     await self._apply_staged(changes, fire_now)
                     changes, fire_now, staged, yielded = defaultdict(_Changes), [], 0, 0
@@ -663,7 +665,14 @@ class TimerEngine:
             self._topics.events, timer_id.encode(), event.SerializeToString(), deliveries=self._side
         )
 
-    def _reject(self, record: SourceRecord, reason: str, detail: str, timer_id: str) -> None:
+    def _reject(
+        self,
+        record: SourceRecord,
+        reason: str,
+        detail: str,
+        timer_id: str,
+        extra: tuple[tuple[str, bytes], ...] = (),
+    ) -> None:
         """Dead-letter a request record as it was (cut down to fit, if it must), with why and where from."""
         detail = short(detail)
         self.metrics.rejected.labels(reason).inc()
@@ -675,6 +684,7 @@ class TimerEngine:
             (H_SOURCE_TOPIC, record.topic.encode()),
             (H_SOURCE_PARTITION, str(record.partition).encode()),
             (H_SOURCE_OFFSET, str(record.offset).encode()),
+            *extra,
         ]
         key, value, headers = dead_letter(
             record.key, record.value, record.headers, ours, self._writer.max_record_bytes

@@ -84,6 +84,9 @@ class Rejection:
     reason: str  # stable code, e.g. "undecodable"; documented in the README
     detail: str  # for humans
     timer_id: str = ""
+    #: Headers the dead letter carries besides the reason (e.g. a batch's counts): the
+    #: worker's own, never cut with the copied record.
+    headers: tuple[tuple[str, bytes], ...] = ()
 
 
 Request = Schedule | CancelRequest | Rejection

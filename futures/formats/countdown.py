@@ -17,9 +17,9 @@ has no update or cancel: every record is a new timer, with the stable derived id
 ``seed-<topic>-<partition>-<offset>``.
 
 Any value gives a timer or a rejection: numbers out of range (``1e400``,
-``Infinity``, thousands of digits) are ``bad-due-time``, strings that are no
-Unicode text (JSON ``"\\ud800"``) ``invalid-field``, what does not parse
-(nested too deeply included) ``undecodable``.
+``Infinity``, integers of up to 4,300 digits) are ``bad-due-time``, strings
+that are no Unicode text (JSON ``"\\ud800"``) ``invalid-field``, what does not
+parse (nested too deeply, or integers longer than Python reads) ``undecodable``.
 """
 
 from __future__ import annotations
@@ -50,7 +50,7 @@ def parse(record: SourceRecord, context: ParseContext) -> list[Request]:
 def _seconds(value: object) -> float | None:
     """A JSON number of seconds, or None (booleans are JSON numbers to Python, not to us).
 
-    Python's JSON reads ``NaN``, ``Infinity`` and integers of thousands of
+    Python's JSON reads ``NaN``, ``Infinity`` and integers of up to 4,300
     digits; an integer too large for a float comes back as an infinity (it is
     out of range all the same), NaN as is.
     """

@@ -7,7 +7,6 @@ producers that send bare Futures keyed by the due second keep working).
 from __future__ import annotations
 
 from collections import Counter
-from dataclasses import replace
 
 from google.protobuf.message import DecodeError
 
@@ -133,8 +132,7 @@ def _batch_invalid(
     by_reason = ", ".join(f"{name} x{count}" for name, count in reasons.most_common())
     summary = f"{len(refused)} of {elements} timers refused ({by_reason}); first, at index {index}: {detail}"
     counts = ((H_INVALID_COUNT, str(len(refused)).encode()), (H_ELEMENT_COUNT, str(elements).encode()))
-    dead = replace(record, headers=(*record.headers, *counts))
-    return Rejection(dead, "batch-invalid", short(summary), context.derived_id(record))
+    return Rejection(record, "batch-invalid", short(summary), context.derived_id(record), counts)
 
 
 def _rejected(
