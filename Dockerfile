@@ -39,8 +39,9 @@ COPY pyproject.toml constraints.txt README.md ./
 COPY ktimers ktimers
 COPY oscillator oscillator
 COPY futures futures
+# The services' extra: Faust, RocksDB and Prometheus for the worker and the oscillator.
 RUN pip wheel --no-deps --wheel-dir /wheels . \
- && pip install --only-binary=:all: -c constraints.txt /wheels/kafka_timers-*.whl
+ && pip install --only-binary=:all: -c constraints.txt "$(ls /wheels/kafka_timers-*.whl)[worker]"
 
 # The Spark jobs' extra on top (pyspark is large, so the service image goes without it). pyspark is
 # published as a source archive only; it is pure Python and builds without a compiler.

@@ -72,7 +72,7 @@ browser: ## install Debian's chromium (the admin page's browser test drives it) 
 	@test -x /usr/bin/chromium || { \
 		SUDO=$$(test "$$(id -u)" = 0 || echo sudo); \
 		$$SUDO apt-get update -qq && $$SUDO apt-get install -y -qq chromium; } || \
-		echo "make browser: could not install chromium; tests/admin/test_page.py will be skipped" >&2
+		echo "make browser: could not install chromium; tests/worker/admin/test_page.py will be skipped" >&2
 
 compact: $(STAMP) java ## snapshot the pending timers of timer-request (ARGS='--out DIR --publish TOPIC ...')
 	$(BIN)/timers-compact $(ARGS)

@@ -22,7 +22,7 @@ import psutil
 from confluent_kafka import KafkaError, KafkaException
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from futures.config import WorkerConfig
+from futures.worker.config import WorkerConfig
 from ktimers.broker import EmbeddedBroker, free_port, start_broker
 from ktimers.config import CommonConfig
 from ktimers.topics import create_topics
@@ -218,7 +218,11 @@ class ServiceStack:
             "TIMERS_WEB_PORT": str(self.web_port),
         }
         self.worker = Child.start(
-            "worker", ["-m", "futures.worker"], worker_env, self.work_dir / f"{self.name}-worker.log", REPO
+            "worker",
+            ["-m", "futures.worker.main"],
+            worker_env,
+            self.work_dir / f"{self.name}-worker.log",
+            REPO,
         )
         deadline = time.monotonic() + READY_TIMEOUT_S
         while advanced_ticks(self.metrics_url) <= 0:

@@ -23,7 +23,7 @@ from typing import Any
 from bench.cluster import PARTITIONS, REPO, BenchError, Broker, exit_with_parent
 from bench.results import Throughput
 from bench.stats import rise_rate
-from futures.config import WorkerConfig
+from futures.worker.config import WorkerConfig
 
 TIMEOUT_S = 600.0
 
@@ -31,7 +31,7 @@ TIMEOUT_S = 600.0
 def run_agent(topic: str, expect: int, out: Path, data_dir: Path) -> None:
     import faust
 
-    from futures.app import _broker_url, _credentials
+    from futures.worker.app import _broker_url, _credentials
 
     config = WorkerConfig.from_env()
     kafka = config.common.kafka

@@ -50,7 +50,11 @@ def broker_env(work: Path) -> Iterator[dict[str, str]]:
 @contextmanager
 def worker(env: dict[str, str], work: Path, profile: str | None) -> Iterator[subprocess.Popen[bytes]]:
     log = work / "worker.log"
-    args = ["-m", "cProfile", "-o", profile, "-m", "futures.worker"] if profile else ["-m", "futures.worker"]
+    args = (
+        ["-m", "cProfile", "-o", profile, "-m", "futures.worker.main"]
+        if profile
+        else ["-m", "futures.worker.main"]
+    )
     with log.open("wb") as out:
         process = subprocess.Popen(  # noqa: S603 - our own interpreter and module
             [sys.executable, *args], env={**os.environ, **env}, stdout=out, stderr=subprocess.STDOUT

@@ -24,7 +24,7 @@ TOP = 8
 OUR_PACKAGES = ("(futures/", "(ktimers/")
 #: On every stack of the worker, so they say nothing: the entry point and the agents,
 #: which only hand batches to the engine.
-ENTRY_FILES = ("futures/worker.py", "futures/agents.py")
+ENTRY_FILES = ("futures/worker/main.py", "futures/worker/agents.py")
 
 
 def py_spy() -> str | None:

@@ -40,7 +40,7 @@ from bench.fire import FireContext, scheduled
 from bench.results import REDIS, Capacity
 from bench.sampler import Sampler
 from bench.workload import PAYLOAD, UNFIRED_TOPIC, callback_key, far_future, load
-from futures.kafka import producer_config
+from futures.worker.kafka import producer_config
 from ktimers.broker import free_port, wait_for_port
 from ktimers.config import CommonConfig
 from ktimers.shutdown import StopFlag

@@ -42,7 +42,7 @@ def short(text: str, limit: int = MAX_DETAIL_CHARS) -> str:
 def printable_header_key(key: str) -> str:
     """A header key a producer accepts: keys that were not UTF-8 come back as backslash escapes.
 
-    Keys decoded with ``surrogateescape`` (see ``futures/fetch.py``) hold lone
+    Keys decoded with ``surrogateescape`` (see ``futures/worker/fetch.py``) hold lone
     surrogates, which librdkafka cannot encode (confluent-kafka crashes on them).
     """
     try:

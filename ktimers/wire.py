@@ -43,6 +43,9 @@ __all__ = [
     "message_headers",
     "encode_second_key",
     "parse_second_key",
+    "decode_tick",
+    "UNNAMED_SOURCE",
+    "callback_headers",
     "timer_key",
     "split_timer_key",
     "due_prefix",
@@ -126,6 +129,45 @@ def parse_second_key(key: bytes | None) -> int | None:
     if not key or len(key) > 12 or not key.isdigit():
         return None
     return int(key)
+
+
+#: The source of a tick that names none (the seed format: a decimal key, no value).
+UNNAMED_SOURCE = "(unnamed)"
+
+
+def decode_tick(key: bytes | None, value: bytes | None) -> tuple[int | None, str]:
+    """(epoch second, oscillator name) a tick record announces.
+
+    The second is the ``Tick`` value's, else the decimal key's (seed format);
+    None when neither is one. The name is ``Tick.source``, else :data:`UNNAMED_SOURCE`.
+    """
+    tick = None
+    if value:
+        try:
+            tick = Tick.FromString(value)
+        except Exception:  # noqa: BLE001 - any undecodable value falls back to the key
+            tick = None
+    if tick is not None and tick.second > 0:
+        second: int | None = int(tick.second)
+    else:
+        second = parse_second_key(key)
+    return second, (tick.source if tick is not None and tick.source else UNNAMED_SOURCE)
+
+
+def callback_headers(timer: StoredTimer, fired_ms: int) -> list[tuple[str, bytes]]:
+    """Headers of a timer's callback record: the user's, then ours (``fired_ms``: epoch ms).
+
+    Ours come last, and readers take the last value of a repeated header, so a
+    user header cannot forge them (the client also refuses ``kt-*`` names).
+    """
+    future = timer.future
+    headers = [(h.key, h.value) for h in future.headers]
+    headers.append((H_ID, future.id.encode()))
+    headers.append((H_DUE_MS, str(future.due_ms).encode()))
+    if future.token:
+        headers.append((H_TOKEN, future.token.encode()))
+    headers.append((H_FIRED_MS, str(fired_ms).encode()))
+    return headers
 
 
 def timer_key(due_ms: int, timer_id: str) -> bytes:

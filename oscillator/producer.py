@@ -12,13 +12,12 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable
-from typing import Protocol
 
 from confluent_kafka import KafkaError, KafkaException, Message, Producer
 
 from ktimers.config import KafkaConfig
 from ktimers.errors import DeliveryError
+from ktimers.producer import DeliveryCallback, ProducerLike
 from ktimers.wire import Tick, encode_second_key
 from oscillator.clock import Clock
 from oscillator.health import Liveness
@@ -32,20 +31,6 @@ LINGER_MS = 5
 # A tick this old has been superseded many times over; failing it soon shows an
 # outage in the error counter instead of librdkafka's 5-minute default.
 MESSAGE_TIMEOUT_MS = 10_000
-
-DeliveryCallback = Callable[[KafkaError | None, Message], None]
-
-
-class ProducerLike(Protocol):
-    """What :class:`TickProducer` needs of a confluent-kafka ``Producer`` (tests pass a fake)."""
-
-    def produce(
-        self, topic: str, *, value: bytes, key: bytes, partition: int, on_delivery: DeliveryCallback
-    ) -> None: ...
-
-    def poll(self, timeout: float) -> int: ...
-
-    def flush(self, timeout: float) -> int: ...
 
 
 def _log_client_error(err: KafkaError) -> None:

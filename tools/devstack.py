@@ -316,7 +316,7 @@ class Stack:
         # Absolute: Faust resolves a relative table directory under its data directory.
         worker_env = {**env, "TIMERS_DATA_DIR": str(data_dir), "TIMERS_WEB_PORT": str(web_port)}
         self.children.append(
-            Child.start("worker", ["-m", "futures.worker"], worker_env, RUN_DIR / "worker.log", REPO)
+            Child.start("worker", ["-m", "futures.worker.main"], worker_env, RUN_DIR / "worker.log", REPO)
         )
         metrics_url = f"http://127.0.0.1:{web_port}/metrics"
         self.banner(common, metrics_url, f"http://127.0.0.1:{health_port}/healthz", data_dir)

@@ -33,7 +33,7 @@ from pyspark import StorageLevel
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from futures.config import WorkerConfig
+from futures.ingress.limits import ParseLimits
 from futures.jobs import snapshot
 from futures.jobs.config import JobConfig
 from futures.jobs.decode import SCHEDULE
@@ -186,17 +186,17 @@ def base_requests(base: DataFrame) -> DataFrame:
 
 
 def transform(
-    requests: DataFrame, events: DataFrame, parse_config: WorkerConfig, base: DataFrame | None = None
+    requests: DataFrame, events: DataFrame, limits: ParseLimits, base: DataFrame | None = None
 ) -> Compaction:
     """Raw request and event rows (and a base snapshot's timers) → classified rows and the pending set.
 
     Pure: DataFrames in, DataFrames out; nothing is computed until an action.
     """
-    decoded = decode_requests(requests, parse_config)
+    decoded = decode_requests(requests, limits)
     if base is not None:
         decoded = decoded.unionByName(base_requests(base))
     decoded_events = decode_event_rows(events)
-    classified = classify(decoded, decoded_events, len(parse_config.common.topics.ingress_formats))
+    classified = classify(decoded, decoded_events, len(limits.topics.ingress_formats))
     pending = classified.filter(F.col("status") == PENDING).select(*SNAPSHOT_COLUMNS[:-1])
     return Compaction(classified, decoded_events, pending)
 
@@ -327,7 +327,7 @@ def run(spark: SparkSession, config: JobConfig, options: CompactOptions) -> Comp
     extracted = extract(spark, config, options)
     if options.publish:
         create_fresh_topic(config.common, options.publish, extracted.plan.partitions)
-    compaction = transform(extracted.requests, extracted.events, config.parse_config(), extracted.base)
+    compaction = transform(extracted.requests, extracted.events, config.parse_limits(), extracted.base)
     result = load(compaction, extracted, config, options)
     return replace(result, seconds=time.monotonic() - started)
 

@@ -3,10 +3,9 @@
 from __future__ import annotations
 
 import os
-import sys
 from dataclasses import dataclass, field
 
-from futures.config import WorkerConfig
+from futures.ingress.limits import DEFAULT_APP_ID, ParseLimits
 from ktimers.config import CommonConfig, Env
 
 
@@ -17,16 +16,16 @@ class JobConfig:
     common: CommonConfig = field(default_factory=CommonConfig)
     #: The worker's ``TIMERS_APP_ID``: its consumer group (``--truncate`` never
     #: deletes what it has not consumed) and the prefix of its internal topics.
-    app_id: str = WorkerConfig.app_id
+    app_id: str = DEFAULT_APP_ID
 
     @classmethod
     def from_env(cls, env: Env | None = None) -> JobConfig:
         env = os.environ if env is None else env
         return cls(common=CommonConfig.from_env(env), app_id=env.get("TIMERS_APP_ID") or cls.app_id)
 
-    def parse_config(self) -> WorkerConfig:
+    def parse_limits(self) -> ParseLimits:
         """What requests are parsed with: the service's topics, none of the worker's limits.
 
         See :mod:`futures.jobs.decode` for why the limits are left to `timer-events`.
         """
-        return WorkerConfig(common=self.common, app_id=self.app_id, max_payload_bytes=sys.maxsize)
+        return ParseLimits.permissive(self.common.topics, self.app_id)

@@ -1,9 +1,9 @@
 """Decode Kafka rows into request and event rows, inside Spark tasks (``mapInArrow``).
 
-Requests go through :class:`futures.requests.RequestParser` (what
-:func:`~futures.requests.parse_record` uses), the worker's own parser, so the
+Requests go through :class:`futures.ingress.requests.RequestParser` (what
+:func:`~futures.ingress.requests.parse_record` uses), the worker's own parser, so the
 jobs and the worker never disagree on what a record means. The parser gets a
-*permissive* config (:meth:`futures.jobs.config.JobConfig.parse_config`: no
+*permissive* limits (:meth:`futures.ingress.limits.ParseLimits.permissive`: no
 callback-topic allow-list, no payload or due-time limits): what the worker
 refused because of its limits is on `timer-events` as REJECTED, and deciding it
 here from the job's environment could drop a timer the worker accepted.
@@ -18,9 +18,9 @@ from typing import Any
 
 import pyarrow as pa
 
-from futures.config import WorkerConfig
-from futures.records import SourceRecord
-from futures.requests import CancelRequest, Rejection, RequestParser, Schedule
+from futures.ingress.limits import ParseLimits
+from futures.ingress.records import SourceRecord
+from futures.ingress.requests import CancelRequest, Rejection, RequestParser, Schedule
 from ktimers.wire import TimerEvent
 
 # Kinds of decoded request rows.
@@ -80,7 +80,7 @@ class RequestDecoder:
     """``mapInArrow`` function: Kafka rows (:data:`~futures.jobs.kafka_source.SOURCE_SCHEMA`)
     of any request topic → :data:`REQUEST_SCHEMA` rows, one per request a record holds."""
 
-    config: WorkerConfig
+    limits: ParseLimits
 
     def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         for batch in batches:
@@ -99,7 +99,7 @@ class RequestDecoder:
         # "now" when a record has no timestamp (the rest use the record's time),
         # so one parser, at the job's clock, serves the whole batch (it is what
         # parse_record builds per record, and costs 40 % of the decoding).
-        parser = RequestParser(self.config, time.time_ns() // 1_000_000)
+        parser = RequestParser(self.limits, time.time_ns() // 1_000_000)
         for i in range(batch.num_rows):
             stamp = stamps[i]
             record = SourceRecord(

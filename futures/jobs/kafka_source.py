@@ -281,7 +281,7 @@ class _Rows:
         kind, ms = msg.timestamp()  # (type, epoch ms); type 0 = not available
         self.timestamps.append(ms * 1000 if kind and ms >= 0 else None)
         # Headers with a key that is not UTF-8 cannot be read here: the record is
-        # judged without them, as the worker's read-back (futures/gaps.py) does.
+        # judged without them, as the worker's read-back (futures/worker/gaps.py) does.
         headers = message_headers(msg) or ()
         self.headers.append([{"key": k, "value": v} for k, v in headers])
 

@@ -15,7 +15,7 @@ from typing import Any
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from futures.config import WorkerConfig
+from futures.ingress.limits import ParseLimits
 from futures.jobs.decode import EVENT_SCHEMA, REQUEST_SCHEMA, RequestDecoder, decode_events
 from futures.jobs.errors import SourceError
 from futures.jobs.kafka_source import SOURCE_NAME, SOURCE_SCHEMA, kafka_options
@@ -126,9 +126,9 @@ def read_ranges(
     return result
 
 
-def decode_requests(raw: DataFrame, config: WorkerConfig) -> DataFrame:
+def decode_requests(raw: DataFrame, limits: ParseLimits) -> DataFrame:
     """Request rows (:data:`~futures.jobs.decode.REQUEST_SCHEMA`) of raw Kafka rows, origin ``log``."""
-    return raw.mapInArrow(RequestDecoder(config), REQUEST_SCHEMA).withColumn("origin", F.lit(ORIGIN_LOG))
+    return raw.mapInArrow(RequestDecoder(limits), REQUEST_SCHEMA).withColumn("origin", F.lit(ORIGIN_LOG))
 
 
 def decode_event_rows(raw: DataFrame) -> DataFrame:

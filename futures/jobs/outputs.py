@@ -21,7 +21,7 @@ from futures.jobs.errors import JobError
 from futures.jobs.kafka_source import HEADER_TYPE, SOURCE_NAME, kafka_options
 from futures.jobs.offsets import OffsetPlanner
 from ktimers.config import CommonConfig
-from ktimers.wire import KIND_FUTURE, KIND_HEADER, Future, StoredTimer
+from ktimers.wire import KIND_FUTURE, KIND_HEADER, Future, StoredTimer, callback_headers
 
 RECORD_SCHEMA = (
     "topic string, partition int, key binary, value binary, headers array<struct<key:string,value:binary>>"
@@ -65,8 +65,6 @@ def callback_records(timers: DataFrame) -> DataFrame:
 def _callbacks(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
     # The worker's own header builder: receivers see kt-id, kt-due-ms, kt-token
     # and kt-fired-ms as on any callback, so their de-duplication by id works.
-    from futures.engine import callback_headers
-
     for batch in batches:
         futures = [Future.FromString(raw) for raw in batch.column("future").to_pylist()]
         latest = max(futures, key=lambda f: f.due_ms, default=None)

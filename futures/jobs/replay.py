@@ -117,7 +117,7 @@ def extract(spark: SparkSession, config: JobConfig, options: ReplayOptions) -> E
     split = options.max_records_per_split
     requests = read_ranges(spark, config.common, plan.requests, split)
     events = read_ranges(spark, config.common, plan.events, split)
-    classified = compact.transform(requests, events, config.parse_config()).classified
+    classified = compact.transform(requests, events, config.parse_limits()).classified
     timers = classified.filter(F.col("status").isin(PENDING, FIRED)).select(*SNAPSHOT_COLUMNS[:-1], "status")
     return Extracted(timers, describe(plan))
 

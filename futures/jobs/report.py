@@ -66,7 +66,7 @@ def extract(spark: SparkSession, config: JobConfig, snapshot_path: str | None) -
         events = decode_event_rows(events_raw)
     else:
         requests_raw = read_ranges(spark, config.common, plan.requests)
-        compaction = compact.transform(requests_raw, events_raw, config.parse_config())
+        compaction = compact.transform(requests_raw, events_raw, config.parse_limits())
         pending, events = compaction.pending, compaction.events
     return pending, events
 

@@ -17,8 +17,8 @@ from collections import Counter, OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from futures.guard import TokenGuard
-from futures.records import SourceRecord
+from futures.client.guard import TokenGuard
+from futures.ingress.records import SourceRecord
 from futures.tasks.codec import TaskCall, UndecodableCall, decode
 from futures.tasks.errors import UnschedulableRetry
 from futures.tasks.registry import TaskRegistry

@@ -25,8 +25,8 @@ from typing import Any
 from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from futures.guard import TokenGuard
-from futures.records import SourceRecord
+from futures.client.guard import TokenGuard
+from futures.ingress.records import SourceRecord
 from futures.tasks.codec import TaskCall
 from futures.tasks.config import TaskConfig
 from futures.tasks.errors import TaskError, UnschedulableRetry

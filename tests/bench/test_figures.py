@@ -50,13 +50,18 @@ def test_rate_series_buckets_arrivals_per_second():
 def test_profile_summary_ranks_own_time_and_our_functions_on_the_stack():
     raw = "\n".join(
         [
-            "main (futures/worker.py:5);advance (futures/engine.py:10);produce (futures/kafka.py:3) 6",
-            "main (futures/worker.py:5);advance (futures/engine.py:12);select (selectors.py:468) 2",
-            "main (futures/worker.py:5);_worker (concurrent/futures/thread.py:81) 2",
+            "main (futures/worker/main.py:5);advance (futures/worker/engine.py:10);"
+            "produce (futures/worker/kafka.py:3) 6",
+            "main (futures/worker/main.py:5);advance (futures/worker/engine.py:12);"
+            "select (selectors.py:468) 2",
+            "main (futures/worker/main.py:5);_worker (concurrent/futures/thread.py:81) 2",
         ]
     )
     summary = summarize(raw, "hot-second")
     assert summary.samples == 10
-    assert summary.top_self[0] == ("produce (futures/kafka.py:3)", 60.0)
+    assert summary.top_self[0] == ("produce (futures/worker/kafka.py:3)", 60.0)
     # Lines of one function add up; the entry point and the stdlib's concurrent.futures are not ours.
-    assert summary.top_ours == [("advance (futures/engine.py)", 80.0), ("produce (futures/kafka.py)", 60.0)]
+    assert summary.top_ours == [
+        ("advance (futures/worker/engine.py)", 80.0),
+        ("produce (futures/worker/kafka.py)", 60.0),
+    ]

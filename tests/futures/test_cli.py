@@ -14,7 +14,7 @@ from futures.client import TimerClient
 from futures.durations import parse_duration, parse_instant
 from ktimers.config import CommonConfig
 from ktimers.wire import Future
-from tests.futures.test_client import FakeProducer
+from tests.client.test_client import FakeProducer
 
 
 @pytest.mark.parametrize(

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from futures.config import LatePolicy, WorkerConfig
+from futures.worker.config import LatePolicy, WorkerConfig
 from ktimers.config import BrokerProfile, CommonConfig
 from oscillator.config import OscillatorConfig
 from tests.helm.conftest import REPO, VALUE_SETS, Rendered, RenderFn, containers

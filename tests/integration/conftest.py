@@ -124,7 +124,7 @@ class Stack:
 
     def start_worker(self, wait: bool = True) -> Service:
         if self.worker is None:
-            self.worker = self.spawn("worker", ["-m", "futures.worker"], self.worker_env(), start=False)
+            self.worker = self.spawn("worker", ["-m", "futures.worker.main"], self.worker_env(), start=False)
         self.worker.env = self.worker_env()
         self.worker.start()
         if wait:

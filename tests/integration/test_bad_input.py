@@ -7,7 +7,7 @@ import time
 import pytest
 from confluent_kafka import Producer
 
-from futures.table import PartitionTimers
+from futures.worker.table import PartitionTimers
 from ktimers.wire import (
     H_REASON,
     H_SOURCE_OFFSET,

@@ -6,7 +6,7 @@ import time
 
 import pytest
 
-from futures.guard import MemoryTokenGuard
+from futures.client.guard import MemoryTokenGuard
 from ktimers.wire import TimerEvent
 from tests.integration.conftest import Stack
 

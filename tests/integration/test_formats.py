@@ -15,7 +15,7 @@ import pytest
 from confluent_kafka import KafkaError, Message, Producer
 
 from futures.client import TimerSpec
-from futures.partitioner import crc32_partition, murmur2_partition
+from futures.client.partitioner import crc32_partition, murmur2_partition
 from ktimers.wire import Future, header_value
 from tests.integration.conftest import Callback, Stack
 from tests.integration.formats_stack import FormatsStack, dump_logs_on_failure, formats_stack

@@ -8,7 +8,7 @@ import time
 import pytest
 from confluent_kafka import KafkaError, Message, Producer
 
-from futures.gaps import GapReadError, KafkaGapReader
+from futures.worker.gaps import GapReadError, KafkaGapReader
 from ktimers.config import CommonConfig
 from tests.raw_headers import produce_raw
 

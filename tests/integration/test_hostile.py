@@ -4,7 +4,7 @@ Every bad record must land in `timer-request-dlq` with its reason (cut down to
 fit when it is huge), every valid timer around it must still fire, never early,
 and the worker must never stop — also when one of two workers is SIGKILLed in
 the middle of the stream. The parsers' verdict on each record is pinned one by
-one in tests/formats/test_hostile.py; here it goes through the real broker,
+one in tests/ingress/test_hostile.py; here it goes through the real broker,
 Faust's consumer (header keys that are not UTF-8), the producer's size limit and
 a takeover.
 """
@@ -646,7 +646,7 @@ def check_nowhere(hs: HostileStack, dlq: TopicReader, expected: Expected, *, onc
     """The timer whose callback topic did not exist: dead-lettered, or fired into the topic the broker made.
 
     The worker looks a callback topic it does not know up when a timer for it is due, and keeps
-    the timer for the next tick meanwhile (futures/destinations.py), so it holds no other timer
+    the timer for the next tick meanwhile (futures/worker/destinations.py), so it holds no other timer
     back (check_fired saw them on time). A broker that creates topics on first use — Tansu, and
     Kafka with its default ``auto.create.topics.enable`` — creates the topic on that lookup and
     the timer fires into it a tick later; any other broker says it does not exist, and the timer
@@ -745,7 +745,7 @@ def test_hostile_stream_survives_a_sigkill_of_one_of_two_workers(hostile_stack: 
         "TIMERS_DATA_DIR": str(stack.data_dir.parent / "second-worker"),
         "TIMERS_WEB_PORT": str(second_port),
     }
-    second = stack.spawn("worker-b", ["-m", "futures.worker"], env)
+    second = stack.spawn("worker-b", ["-m", "futures.worker.main"], env)
     second.wait_for_output(WORKER_READY, timeout_s=60)
     held = wait_until_partitions_split([stack.web_port, second_port], PARTITIONS, timeout_s=60)
     assert all(held), f"one worker holds nothing: {held}"

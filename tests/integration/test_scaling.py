@@ -56,7 +56,7 @@ def test_two_workers_share_the_partitions_and_one_takes_over(running: Stack) -> 
     second_dir = running.data_dir.parent / "second-worker"
     second_port = free_port()
     env = {**running.worker_env(), "TIMERS_DATA_DIR": str(second_dir), "TIMERS_WEB_PORT": str(second_port)}
-    second: Service = running.spawn("worker-b", ["-m", "futures.worker"], env)
+    second: Service = running.spawn("worker-b", ["-m", "futures.worker.main"], env)
     second.wait_for_output(WORKER_READY, timeout_s=60)
     held = wait_until_partitions_split([running.web_port, second_port], 4, timeout_s=60)
     assert all(held), f"one worker holds nothing: {held}"

@@ -13,7 +13,7 @@ from ktimers.wire import KIND_HEADER, Future
 from tests.jobs.crafted import T0, Events, Kind, Log
 
 D = T0 + 3_600_000  # due times: an hour after the log starts
-PARSE = JobConfig().parse_config()
+PARSE = JobConfig().parse_limits()
 
 
 def pending_of(frame: DataFrame) -> dict[tuple[int, str], tuple[int, int]]:
@@ -151,7 +151,7 @@ def test_compacting_from_a_base_snapshot_equals_compacting_everything(spark: Spa
 def test_versions_from_two_request_topics_are_ordered_by_time(spark: SparkSession) -> None:
     """An extra ingress topic feeds the same partitions: the later request wins, whatever its topic."""
     topics = TopicsConfig(ingress=(("extra-requests", IngressFormat.NATIVE),))
-    parse = JobConfig(common=CommonConfig(topics=topics)).parse_config()
+    parse = JobConfig(common=CommonConfig(topics=topics)).parse_limits()
     main, extra = Log(), Log("extra-requests")
     main.schedule(0, "m-then-x", D + 1, payload=b"main")  # ts T0 + 0
     main.schedule(0, "x-then-m", D + 2, payload=b"main", timestamp_ms=T0 + 50)

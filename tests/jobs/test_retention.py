@@ -120,7 +120,7 @@ def test_only_pending_timers_due_by_the_horizon_are_unchecked(spark: SparkSessio
     o = log.schedule(1, "fired-due-early", T0)
     events.add(Kind.FIRED, 1, "fired-due-early", o, T0)
     log.schedule(2, "pending-due-late", T0 + DAY)
-    classified = transform(log.df(spark), events.df(spark), JobConfig().parse_config()).classified
+    classified = transform(log.df(spark), events.df(spark), JobConfig().parse_limits()).classified
     assert count_unchecked(classified, None) == 0
     assert count_unchecked(classified, EventLoss(T0 + 1000, ("r",))) == 1
     assert count_unchecked(classified, EventLoss(T0 + DAY, ("r",))) == 2

@@ -17,7 +17,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from futures.records import SourceRecord
+from futures.ingress.records import SourceRecord
 from futures.tasks import RetryPolicy, TaskConfig, TaskError, TaskRegistry
 from futures.tasks.codec import MAX_DEPTH, TASK_NAME, TaskCall, UndecodableCall, decode
 from futures.tasks.errors import UnschedulableRetry
@@ -111,7 +111,7 @@ RECORD_VALUES = st.one_of(
     DEEP.map(str.encode),
 )
 # Header names as a consumer hands them over: text, ours, and names that were not
-# UTF-8 on the wire (decoded with surrogateescape, as futures/fetch.py does).
+# UTF-8 on the wire (decoded with surrogateescape, as futures/worker/fetch.py does).
 HEADER_KEYS = st.one_of(
     st.sampled_from(["kt-id", "kt-token", "kt-due-ms", "kt-reason"]),
     st.text(max_size=30),

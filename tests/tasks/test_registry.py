@@ -12,7 +12,7 @@ from futures.tasks.codec import TaskCall, UndecodableCall, decode
 from ktimers.config import CommonConfig
 from ktimers.errors import ConfigError
 from ktimers.wire import Future
-from tests.futures.test_client_bulk import FakeProducer
+from tests.client.test_client_bulk import FakeProducer
 
 NOW = 1_800_000_000.0
 CONFIG = TaskConfig(topic="app-tasks", dlq="app-tasks-dlq", retry=RetryPolicy(max_retries=2, backoff_s=1.5))

@@ -6,8 +6,8 @@ import asyncio
 
 import pytest
 
-from futures.guard import MemoryTokenGuard
-from futures.records import SourceRecord
+from futures.client.guard import MemoryTokenGuard
+from futures.ingress.records import SourceRecord
 from futures.tasks import RetryPolicy, TaskConfig, TaskRegistry
 from futures.tasks.codec import TaskCall
 from futures.tasks.runner import DeadLetter, Outcome, TaskRunner

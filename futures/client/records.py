@@ -1,0 +1,353 @@
+"""Timer request records, built without I/O: shared by the sync and asyncio clients.
+
+Times: ``at`` and ``delay`` are in **seconds** (or ``datetime``/``timedelta``);
+everything on the wire and in :class:`TimerHandle` is epoch **milliseconds**.
+Callers that produce records themselves (e.g. inside their own Kafka
+transaction) use :func:`build_schedule`, :func:`build_batches` and
+:func:`build_cancel` directly.
+"""
+
+from __future__ import annotations
+
+import math
+import uuid
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from typing import TypedDict, Unpack
+
+from futures.client.partitioner import PartitionFn
+from ktimers.config import CommonConfig
+from ktimers.producer import RecordHeaders
+from ktimers.wire import (
+    KIND_BATCH,
+    KIND_CANCEL,
+    KIND_FUTURE,
+    KIND_HEADER,
+    MAX_ID_BYTES,
+    Cancel,
+    Future,
+    FutureBatch,
+    Header,
+)
+
+Clock = Callable[[], float]
+"""Returns the current time in epoch seconds (``time.time``)."""
+
+HeadersArg = Mapping[str, bytes | str] | Iterable[tuple[str, bytes | str]]
+Data = str | bytes
+"""A record key or payload: bytes, or text sent as UTF-8."""
+When = datetime | timedelta | float
+"""``send_later``'s due time: an aware datetime or epoch seconds (absolute), or a timedelta (relative)."""
+
+# The worker writes these on callback records; a user header with this prefix
+# could spoof one (a fake kt-token would defeat a TokenGuard), so they are refused.
+RESERVED_HEADER_PREFIX = "kt-"
+
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+_MS = timedelta(milliseconds=1)
+
+
+class DueOptions(TypedDict, total=False):
+    """When a timer is due: exactly one of ``at`` and ``delay`` (see :class:`ScheduleOptions`)."""
+
+    at: datetime | float | None
+    delay: float | timedelta | None
+
+
+class CallbackOptions(TypedDict, total=False):
+    """Who a timer is and what its callback carries besides the payload (see :class:`ScheduleOptions`)."""
+
+    id: str | None
+    token: str | None
+    headers: HeadersArg | None
+
+
+class ScheduleOptions(DueOptions, CallbackOptions, total=False):
+    """The keyword arguments of ``schedule``: when (exactly one of ``at``/``delay``), id, token, headers.
+
+    ``at``: an aware datetime or epoch seconds; ``delay``: seconds >= 0 or a
+    timedelta; ``id`` defaults to a random uuid4 hex (scheduling again with the
+    same id replaces the pending timer); ``token`` is copied to the callback's
+    ``kt-token`` header (see :mod:`futures.client.guard`); ``headers`` are added
+    to the callback record, in order.
+    """
+
+
+@dataclass(frozen=True)
+class TimerHandle:
+    """A scheduled timer: everything needed to cancel it or recognise its callback.
+
+    ``due_ms`` is epoch milliseconds. ``record_key`` is the key of the request
+    record; a cancel must use the same one to reach the same partition.
+    """
+
+    id: str
+    record_key: bytes
+    due_ms: int
+    callback_topic: str
+    token: str | None = None
+
+    @property
+    def due(self) -> datetime:
+        """The due time as an aware UTC datetime."""
+        return _EPOCH + self.due_ms * _MS
+
+
+@dataclass(frozen=True)
+class TimerRecord:
+    """One record for the request topic, for callers that produce it themselves
+    (e.g. inside their own Kafka transaction)."""
+
+    topic: str
+    key: bytes | None
+    value: bytes
+    headers: RecordHeaders
+    #: Explicit partition (batches: the partition of every timer in it); None lets the partitioner pick.
+    partition: int | None = None
+
+
+@dataclass(frozen=True)
+class TimerSpec:
+    """One timer for :meth:`TimerClient.schedule_many`: the arguments of ``schedule``."""
+
+    topic: str
+    key: str | bytes
+    payload: str | bytes
+    at: datetime | float | None = None
+    delay: float | timedelta | None = None
+    id: str | None = None
+    token: str | None = None
+    headers: HeadersArg | None = None
+
+
+def due_ms_for(*, at: datetime | float | None, delay: float | timedelta | None, now: float) -> int:
+    """Epoch milliseconds of the due time from exactly one of ``at`` and ``delay``.
+
+    ``at``: an aware ``datetime`` or epoch seconds. ``delay``: seconds or a
+    ``timedelta``, at least 0, counted from ``now`` (epoch seconds). A due time in
+    the past is allowed: the timer fires on the worker's next tick.
+    """
+    if (at is None) == (delay is None):
+        raise ValueError(
+            "give exactly one of at= (epoch seconds or an aware datetime) "
+            "or delay= (seconds >= 0 or a timedelta)"
+        )
+    if at is not None:
+        if isinstance(at, datetime):
+            if at.tzinfo is None or at.utcoffset() is None:
+                raise ValueError(
+                    "at= is a naive datetime: give an aware one, e.g. datetime.now(timezone.utc)"
+                )
+            return (at - _EPOCH) // _MS
+        return round(_finite_seconds("at", at) * 1000)
+    assert delay is not None  # noqa: S101 - narrowed by the exactly-one check above
+    seconds = delay.total_seconds() if isinstance(delay, timedelta) else _finite_seconds("delay", delay)
+    if seconds < 0:
+        raise ValueError(f"delay={delay!r} is negative: a delay must be >= 0 seconds")
+    return round((now + seconds) * 1000)
+
+
+def _finite_seconds(name: str, value: object) -> float:
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise ValueError(f"{name}={value!r}: expected a number of seconds")
+    if not math.isfinite(value):
+        raise ValueError(f"{name}={value!r} is not a finite number of seconds")
+    return float(value)
+
+
+def _utf8(name: str, value: str | bytes) -> bytes:
+    if isinstance(value, str):
+        return value.encode()
+    if isinstance(value, bytes | bytearray | memoryview):
+        return bytes(value)
+    raise ValueError(f"{name} must be str or bytes, not {type(value).__name__}")
+
+
+def _text(name: str, value: str | bytes) -> str:
+    if isinstance(value, str):
+        return value
+    try:
+        return _utf8(name, value).decode()
+    except UnicodeDecodeError as exc:
+        raise ValueError(f"{name} must be UTF-8 text (the wire field is a string)") from exc
+
+
+def _user_headers(headers: HeadersArg | None) -> list[Header]:
+    if headers is None:
+        return []
+    pairs = headers.items() if isinstance(headers, Mapping) else headers
+    out = []
+    for name, value in pairs:
+        if not isinstance(name, str) or not name:
+            raise ValueError(f"header name {name!r} must be a non-empty str")
+        if name.startswith(RESERVED_HEADER_PREFIX):
+            raise ValueError(f"header {name!r}: names starting with {RESERVED_HEADER_PREFIX!r} are reserved")
+        out.append(Header(key=name, value=_utf8(f"header {name!r}", value)))
+    return out
+
+
+def build_schedule(
+    common: CommonConfig,
+    topic: str,
+    key: str | bytes,
+    payload: str | bytes,
+    *,
+    now: float,
+    **options: Unpack[ScheduleOptions],
+) -> tuple[TimerRecord, TimerHandle]:
+    """The request record for one timer, and its handle. ``now`` is epoch seconds."""
+    future, handle = _future(common, topic, key, payload, now=now, **options)
+    record = TimerRecord(
+        topic=common.topics.request,
+        key=handle.record_key,
+        value=future.SerializeToString(),
+        headers=[(KIND_HEADER, KIND_FUTURE)],
+    )
+    return record, handle
+
+
+def _future(
+    common: CommonConfig,
+    topic: str,
+    key: str | bytes,
+    payload: str | bytes,
+    *,
+    now: float,
+    at: datetime | float | None = None,
+    delay: float | timedelta | None = None,
+    id: str | None = None,
+    token: str | None = None,
+    headers: HeadersArg | None = None,
+) -> tuple[Future, TimerHandle]:
+    if not isinstance(topic, str) or not topic:
+        raise ValueError("topic must be the non-empty name of the topic the callback goes to")
+    if topic in common.topics.own:
+        raise ValueError(
+            f"topic {topic!r} is one of the timer service's own topics: it cannot receive callbacks"
+        )
+    if id is not None and (not isinstance(id, str) or not id):
+        raise ValueError("id must be a non-empty str (or None for a generated one)")
+    if id is not None and len(id.encode(errors="surrogatepass")) > MAX_ID_BYTES:
+        # The worker would dead-letter it (invalid-id): refuse it here, where the caller can act.
+        raise ValueError(f"id is longer than {MAX_ID_BYTES} bytes (UTF-8): use a shorter id")
+    if token is not None and (not isinstance(token, str) or not token):
+        raise ValueError("token must be a non-empty str (or None)")
+    due_ms = due_ms_for(at=at, delay=delay, now=now)
+    timer_id = id or uuid.uuid4().hex
+    future = Future(
+        callBackTopic=topic,
+        callBackKey=_text("key", key),
+        callBack=_utf8("payload", payload),
+        id=timer_id,
+        due_ms=due_ms,
+        token=token or "",
+        headers=_user_headers(headers),
+    )
+    record_key = timer_id.encode()
+    handle = TimerHandle(id=timer_id, record_key=record_key, due_ms=due_ms, callback_topic=topic, token=token)
+    return future, handle
+
+
+#: Timers per batch record by default, and the most bytes a batch record may
+#: reach (under Kafka's default 1 MB message.max.bytes, with room for headers).
+BATCH_SIZE = 1000
+MAX_BATCH_BYTES = 900_000
+
+
+def build_batches(
+    common: CommonConfig,
+    timers: Iterable[TimerSpec],
+    *,
+    partitions: int,
+    partition_of: PartitionFn,
+    now: float,
+    batch_size: int = BATCH_SIZE,
+    max_batch_bytes: int = MAX_BATCH_BYTES,
+) -> tuple[list[TimerRecord], list[TimerHandle]]:
+    """``FutureBatch`` records for many timers, and their handles in the order given.
+
+    Every timer goes in a batch for the partition its id would be produced to
+    (``partition_of(id, partitions)``), so that a cancel or a replacement keyed
+    by the id reaches the partition that holds it. ``now`` is epoch seconds.
+    """
+    if batch_size < 1 or max_batch_bytes < 1:
+        raise ValueError("batch_size and max_batch_bytes must be >= 1")
+    handles: list[TimerHandle] = []
+    groups: dict[int, list[Future]] = {}
+    for spec in timers:
+        if not isinstance(spec, TimerSpec):
+            raise ValueError(f"schedule_many takes TimerSpec items, not {type(spec).__name__}")
+        future, handle = _future(
+            common,
+            spec.topic,
+            spec.key,
+            spec.payload,
+            at=spec.at,
+            delay=spec.delay,
+            id=spec.id,
+            token=spec.token,
+            headers=spec.headers,
+            now=now,
+        )
+        handles.append(handle)
+        groups.setdefault(partition_of(handle.record_key, partitions), []).append(future)
+    records = []
+    for partition, futures in sorted(groups.items()):
+        for chunk in _chunks(futures, batch_size, max_batch_bytes):
+            records.append(
+                TimerRecord(
+                    topic=common.topics.request,
+                    key=None,
+                    value=FutureBatch(futures=chunk).SerializeToString(),
+                    headers=[(KIND_HEADER, KIND_BATCH)],
+                    partition=partition,
+                )
+            )
+    return records, handles
+
+
+def _chunks(futures: Sequence[Future], max_count: int, max_bytes: int) -> Iterable[list[Future]]:
+    chunk: list[Future] = []
+    size = 0
+    for future in futures:
+        # Each element costs its size plus a tag and a length prefix (<= 6 bytes).
+        cost = future.ByteSize() + 6
+        if chunk and (len(chunk) >= max_count or size + cost > max_bytes):
+            yield chunk
+            chunk, size = [], 0
+        chunk.append(future)
+        size += cost
+    if chunk:
+        yield chunk
+
+
+def due_for(when: When) -> DueOptions:
+    """``send_later``'s ``when`` as ``schedule``'s keyword: ``at`` (absolute) or ``delay`` (relative)."""
+    if isinstance(when, timedelta):
+        return {"delay": when}
+    if isinstance(when, datetime | int | float) and not isinstance(when, bool):
+        return {"at": when}
+    raise ValueError(
+        f"when={when!r}: give an aware datetime or epoch seconds (absolute), or a timedelta (relative)"
+    )
+
+
+def build_cancel(
+    common: CommonConfig, handle_or_id: TimerHandle | str, record_key: str | bytes | None
+) -> tuple[TimerRecord, str]:
+    """The cancel record for a timer, and the timer id it names."""
+    if isinstance(handle_or_id, TimerHandle):
+        timer_id, default_key = handle_or_id.id, handle_or_id.record_key
+    elif isinstance(handle_or_id, str) and handle_or_id:
+        timer_id, default_key = handle_or_id, handle_or_id.encode()
+    else:
+        raise ValueError("cancel() takes a TimerHandle or a non-empty timer id")
+    key = default_key if record_key is None else _utf8("record_key", record_key)
+    record = TimerRecord(
+        topic=common.topics.request,
+        key=key,
+        value=Cancel(id=timer_id).SerializeToString(),
+        headers=[(KIND_HEADER, KIND_CANCEL)],
+    )
+    return record, timer_id

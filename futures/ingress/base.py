@@ -1,0 +1,181 @@
+"""What every ingress format turns a record into, and the checks every timer passes.
+
+A format module is a pure function ``parse(record, context) -> list[Request]``:
+no Kafka, no table, no clock of its own (the time comes in the context). Every
+format ends in :meth:`ParseContext.accept`, so a timer from any format meets the
+same limits (callback topic policy, payload size, how far ahead) and becomes the
+same :class:`StoredTimer` — one internal representation, one set of guarantees.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from futures.ingress.limits import ParseLimits
+from futures.ingress.records import SourceRecord
+from ktimers.deadletter import short
+from ktimers.wire import MAX_ID_BYTES, Future, StoredTimer
+
+#: Latest due time accepted (epoch ms): 9999-12-31T23:59:59.999Z. Later times
+#: are no dates for most readers (``datetime`` stops at year 9999), and any due
+#: time in 0..MAX_DUE_MS fits the int64 of ``Future.due_ms`` and the table key.
+MAX_DUE_MS = 253_402_300_799_999
+_DUE_RANGE = f"0..{MAX_DUE_MS} ms (1970-01-01 to 9999-12-31T23:59:59.999Z)"
+
+#: What a stored timer's table key adds to its size: ``futures.worker.table.table_key``
+#: is ``b"t"``, the 8-byte due time, then the id (not imported: ingress never imports the worker).
+TABLE_KEY_OVERHEAD = 9
+
+#: Every reason a rejection from parsing can give (README, "timer-request-dlq"
+#: and "Compatible formats"). The engine adds its own (``too-late``, ...).
+PARSE_REASONS = frozenset(
+    {
+        "undecodable",  # not the format's encoding at all (or a tombstone where one means nothing)
+        "unknown-kind",  # native: kt-kind neither future, cancel nor batch
+        "empty-batch",
+        "missing-id",
+        "invalid-id",  # not UTF-8, or longer than MAX_ID_BYTES
+        "bad-due-time",  # absent, not a time, negative, or after MAX_DUE_MS
+        "missing-header",  # etf1
+        "invalid-header",  # etf1: a value or a name that is not UTF-8 text
+        "missing-field",  # countdown
+        "invalid-field",  # countdown: wrong type, or not Unicode text
+        "missing-callback-topic",
+        "invalid-callback-topic",
+        "callback-topic-not-allowed",
+        "payload-too-large",  # the stored timer and its table key exceed TIMERS_MAX_PAYLOAD_BYTES
+        "due-too-far",
+        "unknown-topic",  # the record's topic carries no requests
+        "internal-error",  # a parser raised: a bug of ours, the record is dead-lettered all the same
+    }
+)
+
+
+def shown(data: bytes | str | None, limit: int = 64) -> str:
+    """The repr of ``data`` for a detail, of its first ``limit`` items only: cheap on a 1 MB key."""
+    if data is None or len(data) <= limit:
+        return repr(data)
+    return f"{data[:limit]!r}… ({len(data)} {'bytes' if isinstance(data, bytes) else 'characters'})"
+
+
+@dataclass(frozen=True)
+class Schedule:
+    record: SourceRecord
+    timer: StoredTimer
+
+    @property
+    def timer_id(self) -> str:
+        return self.timer.future.id
+
+    @property
+    def due_ms(self) -> int:
+        return self.timer.future.due_ms
+
+
+@dataclass(frozen=True)
+class CancelRequest:
+    record: SourceRecord
+    timer_id: str
+
+
+@dataclass(frozen=True)
+class Rejection:
+    record: SourceRecord  # what goes to the dead-letter topic, as it was sent
+    reason: str  # stable code, e.g. "undecodable"; documented in the README
+    detail: str  # for humans
+    timer_id: str = ""
+    #: Headers the dead letter carries besides the reason (e.g. a batch's counts): the
+    #: worker's own, never cut with the copied record.
+    headers: tuple[tuple[str, bytes], ...] = ()
+
+
+Request = Schedule | CancelRequest | Rejection
+
+
+def seed_id(record: SourceRecord, index: int | None = None, *, namespaced: bool = False) -> str:
+    """Id of a request that carries none: stable across re-reads of the record.
+
+    ``seed-<partition>-<offset>`` on `timer-request` (the original seed format),
+    ``-<index>`` appended for the n-th timer of a batch record, and the topic
+    added (``seed-<topic>-<partition>-<offset>``) for other ingress topics, whose
+    offsets would otherwise collide with `timer-request`'s.
+    """
+    base = f"seed-{record.topic}-" if namespaced else "seed-"
+    base += f"{record.partition}-{record.offset}"
+    return base if index is None else f"{base}-{index}"
+
+
+@dataclass
+class ParseContext:
+    """What parsing needs besides the record: the limits and the time.
+
+    ``now_ms`` (epoch ms) is the worker clock for the whole batch being parsed.
+    One context serves a whole batch; it memoises per-topic checks.
+    """
+
+    limits: ParseLimits
+    now_ms: int
+    _topic_problems: dict[str, tuple[str, str] | None] = field(default_factory=dict, repr=False)
+
+    @property
+    def request_topic(self) -> str:
+        return self.limits.topics.request
+
+    def derived_id(self, record: SourceRecord, index: int | None = None) -> str:
+        """:func:`seed_id`, namespaced by topic unless the record is on `timer-request`."""
+        return seed_id(record, index, namespaced=record.topic != self.request_topic)
+
+    def callback_topic_problem(self, topic: str) -> tuple[str, str] | None:
+        if topic not in self._topic_problems:
+            self._topic_problems[topic] = self.limits.callback_topic_problem(topic)
+        return self._topic_problems[topic]
+
+    def accept(self, record: SourceRecord, future: Future, due_ms: int) -> Schedule | Rejection:
+        """The checks every timer passes, whatever its format; ``future.id`` must be set.
+
+        ``due_ms`` is epoch milliseconds, in 0..:data:`MAX_DUE_MS`. The stored
+        timer with its table key must fit in ``TIMERS_MAX_PAYLOAD_BYTES``: it is
+        one changelog record. On success ``future`` is normalised (``due_ms``
+        set) and wrapped in the :class:`StoredTimer` the table holds.
+        """
+        timer_id = future.id
+        id_bytes = len(timer_id.encode())
+        if id_bytes > MAX_ID_BYTES:
+            return Rejection(record, "invalid-id", f"timer id longer than {MAX_ID_BYTES} bytes")
+        if not 0 <= due_ms <= MAX_DUE_MS:
+            where = "negative" if due_ms < 0 else "after 9999-12-31T23:59:59.999Z"
+            detail = f"due time {short(str(due_ms), 40)} ms is {where}; the allowed range is {_DUE_RANGE}"
+            return Rejection(record, "bad-due-time", detail, timer_id)
+        problem = self.callback_topic_problem(future.callBackTopic)
+        if problem is not None:
+            # The detail names the topic, which may be a megabyte of input.
+            return Rejection(record, problem[0], short(problem[1]), timer_id)
+        limits = self.limits
+        if limits.max_due_ahead_s and due_ms > self.now_ms + limits.max_due_ahead_s * 1000:
+            return Rejection(
+                record,
+                "due-too-far",
+                f"due {due_ms} is more than {limits.max_due_ahead_s}s ahead (TIMERS_MAX_DUE_AHEAD_S)",
+                timer_id,
+            )
+        stored = StoredTimer(
+            source_partition=record.partition,
+            source_offset=record.offset,
+            accepted_ms=self.now_ms,
+            source_topic=record.topic,
+        )
+        # CopyFrom is about twice as fast as StoredTimer(future=...): per timer, it counts.
+        stored.future.CopyFrom(future)
+        stored.future.due_ms = due_ms
+        # What the changelog must carry: the stored timer and its table key.
+        size = stored.ByteSize() + TABLE_KEY_OVERHEAD + id_bytes
+        if size > limits.max_payload_bytes:
+            return Rejection(
+                record,
+                "payload-too-large",
+                f"stored timer is {size} bytes with its table key (callBack {len(future.callBack)} bytes); "
+                f"the limit is {limits.max_payload_bytes} (TIMERS_MAX_PAYLOAD_BYTES)",
+                timer_id,
+            )
+        future.due_ms = due_ms
+        return Schedule(record, stored)

@@ -1,0 +1,83 @@
+"""What a request must satisfy to become a timer: the parse limits, one frozen object.
+
+The worker builds them from its config (:attr:`futures.worker.config.WorkerConfig.parse_limits`);
+the Spark jobs build permissive ones (:meth:`ParseLimits.permissive`) to read a log
+whose records the worker already judged. Parsing needs nothing else.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import re
+import sys
+from dataclasses import dataclass, field
+
+from ktimers.config import TopicsConfig
+
+# Kafka's own rule for topic names.
+_TOPIC_NAME = re.compile(r"[a-zA-Z0-9._-]{1,249}")
+
+#: The worker's default ``TIMERS_APP_ID``: its consumer group and the prefix of its internal topics.
+DEFAULT_APP_ID = "timers"
+
+#: Callback topics refused unless ``TIMERS_DENIED_CALLBACK_TOPICS`` says otherwise:
+#: internal topics of Kafka Streams, Faust, Connect and Schema Registry, which a timer
+#: must not be able to write into. (``__*``, the service's own topics and
+#: ``<app-id>-*`` are always refused.)
+DEFAULT_DENIED_CALLBACK_TOPICS = ("_schemas", "connect-*", "*-changelog", "*-repartition")
+
+
+@dataclass(frozen=True)
+class ParseLimits:
+    """The topics requests arrive on, and the limits every timer passes (README, "Configuration")."""
+
+    topics: TopicsConfig = field(default_factory=TopicsConfig)
+    #: ``TIMERS_APP_ID``: callback topics ``<app-id>-*`` are the worker's own, always refused.
+    app_id: str = DEFAULT_APP_ID
+    #: fnmatch patterns of allowed callback topics; empty allows any topic
+    #: except the service's own, ``__*`` internals and ``denied_callback_topics``.
+    allowed_callback_topics: tuple[str, ...] = ()
+    #: fnmatch patterns of refused callback topics (see DEFAULT_DENIED_CALLBACK_TOPICS).
+    denied_callback_topics: tuple[str, ...] = DEFAULT_DENIED_CALLBACK_TOPICS
+    #: Largest timer accepted, as stored: its serialized ``StoredTimer`` plus table
+    #: key (bytes). Larger requests are dead-lettered ``payload-too-large`` at ingest.
+    max_payload_bytes: int = 1_000_000
+    #: Reject timers due further ahead than this (seconds); 0 = no limit.
+    max_due_ahead_s: float = 0.0
+
+    @classmethod
+    def permissive(cls, topics: TopicsConfig, app_id: str = DEFAULT_APP_ID) -> ParseLimits:
+        """The service's topics and none of the worker's size or horizon limits.
+
+        For reading a request log after the fact: whether the worker accepted a
+        record under the limits it had then is what `timer-events` says, not
+        something to re-judge with today's settings.
+        """
+        return cls(topics=topics, app_id=app_id, max_payload_bytes=sys.maxsize)
+
+    def callback_topic_problem(self, topic: str) -> tuple[str, str] | None:
+        """Why ``topic`` cannot receive callbacks, as (reason code, detail), or None if it can."""
+        if not topic:
+            return "missing-callback-topic", "callBackTopic is empty"
+        if not _TOPIC_NAME.fullmatch(topic) or topic in (".", ".."):
+            return "invalid-callback-topic", f"{topic!r} is not a valid Kafka topic name"
+        # The service's own topics and Kafka/Faust internals are never targets:
+        # a timer must not be able to forge ticks, requests or table state.
+        if topic in self.topics.own or topic.startswith("__") or topic.startswith(f"{self.app_id}-"):
+            return "callback-topic-not-allowed", f"{topic!r} is an internal topic"
+        denied = next((p for p in self.denied_callback_topics if fnmatch.fnmatchcase(topic, p)), None)
+        if denied is not None:
+            return (
+                "callback-topic-not-allowed",
+                f"{topic!r} matches {denied!r} of TIMERS_DENIED_CALLBACK_TOPICS (internal topics of "
+                "Kafka platforms are refused unless that variable says otherwise)",
+            )
+        if self.allowed_callback_topics and not any(
+            fnmatch.fnmatchcase(topic, pattern) for pattern in self.allowed_callback_topics
+        ):
+            allowed = ",".join(self.allowed_callback_topics)
+            return (
+                "callback-topic-not-allowed",
+                f"{topic!r} is not in TIMERS_ALLOWED_CALLBACK_TOPICS={allowed}",
+            )
+        return None

@@ -1,0 +1,156 @@
+"""The native format of `timer-request`: a ``Future``, a ``Cancel`` or a ``FutureBatch``.
+
+The record header ``kt-kind`` tells them apart (absent = ``Future``, so seed
+producers that send bare Futures keyed by the due second keep working).
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+
+from google.protobuf.message import DecodeError
+
+from futures.ingress.base import (
+    MAX_ID_BYTES,
+    CancelRequest,
+    ParseContext,
+    Rejection,
+    Request,
+    shown,
+)
+from futures.ingress.records import SourceRecord
+from ktimers.deadletter import short
+from ktimers.wire import (
+    H_ELEMENT_COUNT,
+    H_INVALID_COUNT,
+    H_SOURCE_INDEX,
+    KIND_BATCH,
+    KIND_CANCEL,
+    KIND_FUTURE,
+    KIND_HEADER,
+    Cancel,
+    Future,
+    FutureBatch,
+    header_value,
+    parse_second_key,
+)
+
+#: A FutureBatch with more bad timers than this is dead-lettered as one record
+#: (``batch-invalid``), so that one record never turns into a flood of dead letters and events.
+MAX_REFUSED_PER_BATCH = 10
+
+
+def parse(record: SourceRecord, context: ParseContext) -> list[Request]:
+    kind = header_value(record.headers, KIND_HEADER)
+    if kind == KIND_BATCH:
+        return _parse_batch(record, context)
+    if kind == KIND_CANCEL:
+        return [_parse_cancel(record)]
+    if kind not in (None, KIND_FUTURE):
+        detail = f"{KIND_HEADER}={shown(kind)}: expected 'future', 'cancel' or 'batch'"
+        return [Rejection(record, "unknown-kind", detail)]
+    return [_parse_future(record, context)]
+
+
+def _parse_cancel(record: SourceRecord) -> Request:
+    try:
+        cancel = Cancel.FromString(record.value or b"")
+    except DecodeError as exc:
+        return Rejection(record, "undecodable", short(f"not a Cancel message: {exc}"))
+    if not cancel.id:
+        return Rejection(record, "missing-id", "a Cancel must name the timer id to cancel")
+    if _too_long(cancel.id):
+        # No timer has such an id, and it could not key the CANCEL_MISSED event.
+        return Rejection(record, "invalid-id", f"timer id longer than {MAX_ID_BYTES} bytes")
+    return CancelRequest(record, cancel.id)
+
+
+def _too_long(timer_id: str) -> bool:
+    return len(timer_id.encode()) > MAX_ID_BYTES
+
+
+def _parse_future(record: SourceRecord, context: ParseContext) -> Request:
+    if record.value is None:
+        return Rejection(record, "undecodable", "tombstone (null value) on the request topic")
+    try:
+        future = Future.FromString(record.value)
+    except DecodeError as exc:
+        return Rejection(record, "undecodable", short(f"not a Future message: {exc}"))
+    if not future.id:
+        future.id = context.derived_id(record)
+    if future.HasField("due_ms"):
+        due_ms = future.due_ms
+    else:
+        second = parse_second_key(record.key)
+        if second is None:
+            return Rejection(
+                record,
+                "bad-due-time",
+                f"no due_ms field and the key {shown(record.key)} is not an epoch second",
+                future.id,
+            )
+        due_ms = second * 1000
+    return context.accept(record, future, due_ms)
+
+
+def _parse_batch(record: SourceRecord, context: ParseContext) -> list[Request]:
+    try:
+        batch = FutureBatch.FromString(record.value or b"")
+    except DecodeError as exc:
+        return [Rejection(record, "undecodable", short(f"not a FutureBatch message: {exc}"))]
+    if not batch.futures:
+        return [Rejection(record, "empty-batch", "a FutureBatch must hold at least one Future")]
+    requests: list[Request] = []
+    refused: list[tuple[int, Future, str, str]] = []  # index, timer, reason, detail
+    for index, future in enumerate(batch.futures):
+        if not future.id:
+            future.id = context.derived_id(record, index)
+        if not future.HasField("due_ms"):
+            # The record key is the batch's, not a due second: every timer says when.
+            refused.append((index, future, "bad-due-time", "a Future in a FutureBatch must set due_ms"))
+            continue
+        request = context.accept(record, future, future.due_ms)
+        if isinstance(request, Rejection):
+            refused.append((index, future, request.reason, request.detail))
+        else:
+            requests.append(request)
+    if len(refused) > MAX_REFUSED_PER_BATCH:
+        requests.append(_batch_invalid(record, refused, len(batch.futures), context))
+    else:
+        # Dead-letter each bad timer as a single Future record, which can be
+        # fixed and resent on its own; the rest of the batch is scheduled.
+        requests += [_rejected(record, f, i, reason, detail, context) for i, f, reason, detail in refused]
+    return requests
+
+
+def _batch_invalid(
+    record: SourceRecord, refused: list[tuple[int, Future, str, str]], elements: int, context: ParseContext
+) -> Rejection:
+    """One dead letter for a batch with many bad timers: the batch record, with counts by reason."""
+    reasons = Counter(reason for _, _, reason, _ in refused)
+    index, _, reason, detail = refused[0]
+    by_reason = ", ".join(f"{name} x{count}" for name, count in reasons.most_common())
+    summary = f"{len(refused)} of {elements} timers refused ({by_reason}); first, at index {index}: {detail}"
+    counts = ((H_INVALID_COUNT, str(len(refused)).encode()), (H_ELEMENT_COUNT, str(elements).encode()))
+    return Rejection(record, "batch-invalid", short(summary), context.derived_id(record), counts)
+
+
+def _rejected(
+    record: SourceRecord, future: Future, index: int, reason: str, detail: str, context: ParseContext
+) -> Rejection:
+    """The n-th timer of a batch, rejected: named by its id, or by its derived one if that is too long."""
+    timer_id = context.derived_id(record, index) if _too_long(future.id) else future.id
+    return Rejection(_single(record, future, index), reason, detail, timer_id)
+
+
+def _single(record: SourceRecord, future: Future, index: int) -> SourceRecord:
+    """The n-th timer of a batch as the single-Future record that would have requested it."""
+    return SourceRecord(
+        topic=record.topic,
+        partition=record.partition,
+        offset=record.offset,
+        key=future.id.encode(),
+        value=future.SerializeToString(),
+        headers=((KIND_HEADER, KIND_FUTURE), (H_SOURCE_INDEX, str(index).encode())),
+        timestamp_ms=record.timestamp_ms,
+    )

@@ -1,0 +1,349 @@
+"""The OpenAPI 3 description of the admin API, served at ``/api/openapi.json``.
+
+Written by hand next to the views; a test checks that it names exactly the
+routes the worker serves.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from futures.worker.admin.params import DEFAULT_LIMIT, MAX_DELAY_S, MAX_DUE_MS, MAX_LIMIT
+
+Json = dict[str, Any]
+
+
+def _ref(name: str) -> Json:
+    return {"$ref": f"#/components/schemas/{name}"}
+
+
+def _query(name: str, description: str, schema: Json) -> Json:
+    return {"name": name, "in": "query", "required": False, "description": description, "schema": schema}
+
+
+def _json(description: str, schema: Json) -> Json:
+    return {"description": description, "content": {"application/json": {"schema": schema}}}
+
+
+_ERROR = _json("Refused; `error` says what to fix", _ref("Error"))
+_ID = {
+    "name": "timer_id",
+    "in": "path",
+    "required": True,
+    "description": "Timer id (URL-encoded)",
+    "schema": {"type": "string"},
+}
+_MS = {"type": "integer", "format": "int64", "minimum": 0, "maximum": MAX_DUE_MS}
+_NULLABLE_MS = {**_MS, "nullable": True}
+_LIMIT = _query(
+    "limit", "Page size", {"type": "integer", "minimum": 1, "maximum": MAX_LIMIT, "default": DEFAULT_LIMIT}
+)
+_MUTATION_ERRORS = {
+    "401": _json("Missing or wrong bearer token", _ref("Error")),
+    "403": _json("Mutations disabled: TIMERS_ADMIN_TOKEN is not set on this worker", _ref("Error")),
+    "404": _json("Not pending in the partitions this worker holds", _ref("NotHere")),
+    "503": _json("Kafka did not acknowledge the request", _ref("Error")),
+}
+
+
+def _paths() -> Json:
+    return {
+        "/api/stats": {
+            "get": {
+                "summary": "Pending count, next due, firings and lateness, dead letters, clocks, oscillators",
+                "responses": {"200": _json("Worker status", _ref("Stats"))},
+            }
+        },
+        "/api/partitions": {
+            "get": {
+                "summary": "Pending count and clock of each partition held here; who holds the others",
+                "responses": {
+                    "200": _json(
+                        "Partitions",
+                        {
+                            "type": "object",
+                            "properties": {
+                                "partitions": {"type": "array", "items": _ref("Partition")},
+                                "elsewhere": _ref("Elsewhere"),
+                            },
+                        },
+                    )
+                },
+            }
+        },
+        "/api/timers": {
+            "get": {
+                "summary": "Pending timers due in [from_ms, to_ms), earliest first, one page at a time",
+                "description": "A range scan over the table's due-time order, never a full scan. Covers the "
+                "partitions this worker holds; `elsewhere` names the workers holding the others.",
+                "parameters": [
+                    _query("from_ms", "Earliest due time, epoch ms (inclusive)", {**_MS, "default": 0}),
+                    _query("to_ms", "Latest due time, epoch ms (exclusive)", {**_MS, "default": MAX_DUE_MS}),
+                    _LIMIT,
+                    _query("after", "The `next` value of the previous page", {"type": "string"}),
+                    _query("partition", "Only this partition", {"type": "integer", "minimum": 0}),
+                ],
+                "responses": {
+                    "200": _json(
+                        "One page",
+                        {
+                            "type": "object",
+                            "properties": {
+                                "timers": {"type": "array", "items": _ref("TimerSummary")},
+                                "next": {
+                                    "type": "string",
+                                    "nullable": True,
+                                    "description": "Pass as `after` for the next page; null on the last",
+                                },
+                                "partitions": {"type": "array", "items": {"type": "integer"}},
+                                "elsewhere": _ref("Elsewhere"),
+                            },
+                        },
+                    ),
+                    "400": _ERROR,
+                    "404": _json("The partition is held by another worker (`held_by`)", _ref("Error")),
+                },
+            }
+        },
+        "/api/timers/{timer_id}": {
+            "get": {
+                "summary": "One pending timer by id",
+                "parameters": [_ID],
+                "responses": {
+                    "200": _json("The timer", _ref("TimerDetail")),
+                    "400": _ERROR,
+                    "404": _json("Not pending in the partitions this worker holds", _ref("NotHere")),
+                },
+            }
+        },
+        "/api/timers/{timer_id}/cancel": {
+            "post": {
+                "summary": "Cancel a pending timer",
+                "description": "Sends a `Cancel` to `timer-request` in the timer's partition, as a client "
+                "would; `timer-events` records CANCELLED, or CANCEL_MISSED if it fired first.",
+                "security": [{"bearer": []}],
+                "parameters": [_ID],
+                "responses": {
+                    "202": _json("Cancel sent", _ref("Mutation")),
+                    "400": _ERROR,
+                    **_MUTATION_ERRORS,
+                },
+            }
+        },
+        "/api/timers/{timer_id}/reschedule": {
+            "post": {
+                "summary": "Move a pending timer to a new due time",
+                "description": "Sends the stored `Future` again with the same id and the new due time; "
+                "the newer version replaces the pending one and `timer-events` records SCHEDULED.",
+                "security": [{"bearer": []}],
+                "parameters": [_ID],
+                "requestBody": {
+                    "required": True,
+                    "content": {
+                        "application/json": {
+                            "schema": {
+                                "type": "object",
+                                "description": "Exactly one of due_ms and delay_s",
+                                "properties": {
+                                    "due_ms": _MS,
+                                    "delay_s": {"type": "number", "minimum": 0, "maximum": MAX_DELAY_S},
+                                },
+                                "additionalProperties": False,
+                            }
+                        }
+                    },
+                },
+                "responses": {
+                    "202": _json("Reschedule sent", _ref("Mutation")),
+                    "400": _ERROR,
+                    "409": _json("The stored Future cannot be sent again as it is", _ref("Error")),
+                    "413": _json("Body too large", _ref("Error")),
+                    **_MUTATION_ERRORS,
+                },
+            }
+        },
+        "/api/firings": {
+            "get": {
+                "summary": "Recent firings with their lateness, newest first (kept in memory, bounded)",
+                "parameters": [_LIMIT],
+                "responses": {
+                    "200": _json(
+                        "Firings",
+                        {
+                            "type": "object",
+                            "properties": {"firings": {"type": "array", "items": _ref("Firing")}},
+                        },
+                    ),
+                    "400": _ERROR,
+                },
+            }
+        },
+        "/api/timeline": {
+            "get": {
+                "summary": "Pending timers per bucket: next hour (1-minute buckets) or day (30-minute)",
+                "parameters": [
+                    _query(
+                        "window",
+                        "hour or day",
+                        {"type": "string", "enum": ["hour", "day"], "default": "hour"},
+                    )
+                ],
+                "responses": {"200": _json("Timeline", _ref("Timeline")), "400": _ERROR},
+            }
+        },
+        "/api/openapi.json": {
+            "get": {"summary": "This document", "responses": {"200": {"description": "OpenAPI 3 JSON"}}}
+        },
+    }
+
+
+def _schemas() -> Json:
+    integer = {"type": "integer"}
+    number = {"type": "number", "nullable": True}
+    string = {"type": "string"}
+    summary = {
+        "id": string,
+        "partition": integer,
+        "due_ms": _MS,
+        "callback_topic": string,
+        "callback_key": string,
+        "payload_bytes": integer,
+    }
+    return {
+        "Error": {"type": "object", "required": ["error"], "properties": {"error": string}},
+        "Elsewhere": {
+            "type": "object",
+            "description": "Worker URL → partitions it holds, as Faust's partition assignor last saw them",
+            "additionalProperties": {"type": "array", "items": integer},
+        },
+        "NotHere": {
+            "type": "object",
+            "properties": {
+                "error": string,
+                "partitions": {"type": "array", "items": integer, "description": "held by this worker"},
+                "elsewhere": _ref("Elsewhere"),
+            },
+        },
+        "TimerSummary": {"type": "object", "properties": summary},
+        "TimerDetail": {
+            "type": "object",
+            "properties": {
+                **summary,
+                "payload": {"type": "string", "description": "First 4096 bytes of the callback value"},
+                "payload_encoding": {"type": "string", "enum": ["utf-8", "base64"]},
+                "payload_truncated": {"type": "boolean"},
+                "has_token": {"type": "boolean"},
+                "headers": {
+                    "type": "array",
+                    "items": {"type": "object", "properties": {"key": string, "value": string}},
+                },
+                "source_partition": integer,
+                "source_offset": integer,
+                "accepted_ms": integer,
+            },
+        },
+        "Mutation": {
+            "type": "object",
+            "properties": {
+                "id": string,
+                "partition": integer,
+                "due_ms": _MS,
+                "previous_due_ms": _MS,
+                "status": {"type": "string", "enum": ["cancel-sent", "reschedule-sent"]},
+                "detail": string,
+            },
+        },
+        "Firing": {
+            "type": "object",
+            "properties": {
+                "id": string,
+                "partition": integer,
+                "due_ms": _MS,
+                "fired_ms": _MS,
+                "lateness_s": {"type": "number"},
+            },
+        },
+        "Partition": {
+            "type": "object",
+            "properties": {
+                "partition": integer,
+                "pending": integer,
+                "watermark_s": {**integer, "nullable": True, "description": "epoch second fired up to"},
+                "clock_lag_s": number,
+                "last_tick_s": {**integer, "nullable": True},
+                "last_tick_age_s": number,
+                "last_tick_source": {**string, "nullable": True},
+                "stalled": {"type": "boolean"},
+                "stall_reason": {**string, "nullable": True},
+            },
+        },
+        "Oscillator": {
+            "type": "object",
+            "properties": {
+                "source": string,
+                "last_second": integer,
+                "last_seen_ms": integer,
+                "age_s": {"type": "number"},
+                "ticks": integer,
+                "stale": {"type": "boolean"},
+            },
+        },
+        "Stats": {
+            "type": "object",
+            "properties": {
+                "worker": {**string, "description": "this worker's web URL"},
+                "ready": {"type": "boolean", "description": "assigned partitions recovered"},
+                "mutations_enabled": {"type": "boolean"},
+                "now_ms": integer,
+                "pending": integer,
+                "next_due_ms": _NULLABLE_MS,
+                "fired_last_minute": integer,
+                "lateness": {
+                    "type": "object",
+                    "description": "over the last 10,000 firings",
+                    "properties": {"p50_s": number, "p99_s": number, "max_s": number, "samples": integer},
+                },
+                "dead_letters": {
+                    "type": "object",
+                    "description": "reason → count and last time, since the worker started",
+                    "additionalProperties": {
+                        "type": "object",
+                        "properties": {"count": integer, "last_ms": integer},
+                    },
+                },
+                "partitions": {"type": "array", "items": _ref("Partition")},
+                "elsewhere": _ref("Elsewhere"),
+                "oscillators": {"type": "array", "items": _ref("Oscillator")},
+            },
+        },
+        "Timeline": {
+            "type": "object",
+            "properties": {
+                "window": string,
+                "start_ms": integer,
+                "bucket_s": integer,
+                "buckets": {"type": "array", "items": integer},
+                "overdue": integer,
+                "truncated": {"type": "boolean", "description": "more timers than were counted"},
+            },
+        },
+    }
+
+
+def spec() -> Json:
+    return {
+        "openapi": "3.0.3",
+        "info": {
+            "title": "kafka-timers worker admin API",
+            "version": "1",
+            "description": "Served by each futures worker for the partitions it holds. Reads are open to "
+            "whoever reaches the port (127.0.0.1 unless TIMERS_WEB_HOST says otherwise); cancel and "
+            "reschedule need `Authorization: Bearer <TIMERS_ADMIN_TOKEN>`. Times: epoch ms (`*_ms`) "
+            "or seconds (`*_s`).",
+        },
+        "paths": _paths(),
+        "components": {
+            "schemas": _schemas(),
+            "securitySchemes": {"bearer": {"type": "http", "scheme": "bearer"}},
+        },
+    }

@@ -1,0 +1,98 @@
+"""The Faust app object: broker connection, the timer table and its settings.
+
+Built by :func:`create_app` from a :class:`WorkerConfig`; nothing is created at
+import time, so tests and tools can build apps with their own settings.
+"""
+
+from __future__ import annotations
+
+import ssl
+from dataclasses import dataclass
+
+import faust
+from faust.types import TableT
+
+from futures.worker.config import TABLE_NAME, WorkerConfig
+from futures.worker.store import TimerStore
+from ktimers.config import KafkaConfig
+
+
+@dataclass
+class TimersApp:
+    app: faust.App
+    table: TableT
+
+    @property
+    def store(self) -> TimerStore:
+        store = self.table.data
+        assert isinstance(store, TimerStore)  # noqa: S101 - set by create_app
+        return store
+
+
+def _broker_url(kafka: KafkaConfig, scheme: str = "kafka") -> str:
+    return ";".join(f"{scheme}://{server.strip()}" for server in kafka.bootstrap_servers.split(","))
+
+
+def _credentials(kafka: KafkaConfig) -> faust.types.auth.CredentialsT | None:
+    context = None
+    if kafka.security_protocol in ("SSL", "SASL_SSL"):
+        context = ssl.create_default_context(cafile=kafka.ssl_ca_location)
+    if kafka.security_protocol.startswith("SASL"):
+        password = kafka.sasl_password.get_secret_value() if kafka.sasl_password else ""
+        return faust.SASLCredentials(
+            username=kafka.sasl_username,
+            password=password,
+            mechanism=kafka.sasl_mechanism,
+            ssl_context=context,
+        )
+    if context is not None:
+        return faust.SSLCredentials(context)
+    return None
+
+
+def create_app(config: WorkerConfig, partitions: int) -> TimersApp:
+    """A Faust app whose timer table has ``partitions`` partitions (= `timer-request`'s)."""
+    kafka = config.common.kafka
+    profile = kafka.settings
+    app = faust.App(
+        config.app_id,
+        broker=_broker_url(kafka),
+        # See futures/worker/transport.py: resume from the table's progress; a short
+        # fetch wait on the embedded broker only.
+        broker_consumer=_broker_url(kafka, "tansu" if profile.short_fetch_wait else "timers"),
+        broker_credentials=_credentials(kafka),
+        # Faust defaults datadir to "<id>-data" in the working directory; keep it all in one place.
+        datadir=str(config.data_dir),
+        tabledir=str(config.data_dir),
+        topic_partitions=partitions,
+        topic_replication_factor=profile.replication_factor,
+        broker_session_timeout=profile.session_timeout_s,
+        broker_heartbeat_interval=profile.heartbeat_s,
+        broker_rebalance_timeout=profile.rebalance_timeout_s,
+        consumer_auto_offset_reset="earliest",
+        web_host=config.web_host,
+        web_port=config.web_port,
+        web_bind=config.web_host,
+        web_in_thread=False,
+        # The engine writes the changelog itself, through confluent-kafka; Faust's
+        # producer only sends its own bookkeeping.
+        producer_acks=-1,
+        # One copy per partition is enough: the changelog is the replica.
+        table_standby_replicas=0,
+        # Topics are created by `timers topics create`; Faust only adds its changelog.
+        topic_allow_declare=True,
+    )
+    table = app.Table(
+        TABLE_NAME,
+        partitions=partitions,
+        # bytes types make Faust use the "raw" codec for the changelog too.
+        key_type=bytes,
+        value_type=bytes,
+        store="timers://local",  # a bare "timers://" is falsy to yarl and Faust would fall back to memory
+        # Replaying the changelog is bulk RocksDB writes; big batches make it fast.
+        recovery_buffer_size=10_000,
+        help="Pending timers by due time (see futures/worker/table.py)",
+    )
+    timers = TimersApp(app=app, table=table)
+    timers.store.request_topic = config.common.topics.request
+    return timers

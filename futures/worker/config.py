@@ -1,0 +1,151 @@
+"""Worker configuration: one frozen object, built from the environment at start."""
+
+from __future__ import annotations
+
+import enum
+import os
+import re
+from dataclasses import dataclass, field
+from functools import cached_property
+from pathlib import Path
+
+from futures.ingress.limits import DEFAULT_APP_ID, DEFAULT_DENIED_CALLBACK_TOPICS, ParseLimits
+from ktimers.config import CommonConfig, Env, Secret, env_bool, env_choice, env_float, env_int
+from ktimers.errors import ConfigError
+
+TABLE_NAME = "timers"
+
+#: Bytes a record may add to a stored timer on its way out: the table key, the
+#: ``kt-*`` callback headers and record framing. The worker's producer accepts
+#: records up to ``max_payload_bytes`` plus this (``message.max.bytes``).
+RECORD_ALLOWANCE_BYTES = 16 * 1024
+
+
+class LatePolicy(enum.Enum):
+    """What to do with a request that arrives after its due time has passed.
+
+    Late requests always fire on arrival while they are at most
+    ``max_lateness_s`` late; beyond that, ``fire`` still fires them, ``drop``
+    discards them (a ``rejected`` event records it) and ``dlq`` dead-letters them.
+    """
+
+    FIRE = "fire"
+    DROP = "drop"
+    DLQ = "dlq"
+
+
+@dataclass(frozen=True)
+class WorkerConfig:
+    """Everything the futures worker reads from ``TIMERS_*`` (see README, "Configuration")."""
+
+    common: CommonConfig = field(default_factory=CommonConfig)
+    app_id: str = DEFAULT_APP_ID
+    data_dir: Path = Path("data")
+    web_host: str = "127.0.0.1"
+    web_port: int = 6066
+    late_policy: LatePolicy = LatePolicy.FIRE
+    max_lateness_s: float = 3600.0
+    #: A tick may run this far (ms) ahead of the worker's own clock; the
+    #: watermark never passes ``now + clock_tolerance_ms``.
+    clock_tolerance_ms: int = 500
+    #: fnmatch patterns of allowed callback topics; empty allows any topic
+    #: except the service's own, ``__*`` internals and ``denied_callback_topics``.
+    allowed_callback_topics: tuple[str, ...] = ()
+    #: fnmatch patterns of refused callback topics (see DEFAULT_DENIED_CALLBACK_TOPICS).
+    denied_callback_topics: tuple[str, ...] = DEFAULT_DENIED_CALLBACK_TOPICS
+    #: Largest timer accepted, as stored: its serialized ``StoredTimer`` plus table
+    #: key (bytes). Larger requests are dead-lettered ``payload-too-large`` at ingest.
+    max_payload_bytes: int = 1_000_000
+    #: Reject timers due further ahead than this (seconds); 0 = no limit.
+    max_due_ahead_s: float = 0.0
+    #: Requests are ingested in batches of up to this many records...
+    ingest_batch_size: int = 2000
+    #: ...or whatever arrived within this many seconds.
+    ingest_batch_within_s: float = 0.05
+    #: Timers dispatched per produce/flush round when a second is due.
+    fire_chunk_size: int = 20_000
+    #: Precise mode: on tick s, also take the timers due by s + 1 and send each
+    #: at its own millisecond (by this worker's clock), instead of all at the next tick.
+    precise: bool = False
+    #: Bearer token the admin API's mutating calls (cancel, reschedule) require;
+    #: None disables them (the admin API and page are then read-only).
+    admin_token: Secret | None = None
+    #: The admin page shows a partition red when its clock (watermark) is this many
+    #: seconds behind the worker's clock.
+    admin_stall_after_s: float = 5.0
+
+    @classmethod
+    def from_env(cls, env: Env | None = None) -> WorkerConfig:
+        env = os.environ if env is None else env
+        policy = env_choice(env, "TIMERS_LATE_POLICY", LatePolicy, cls.late_policy)
+        assert isinstance(policy, LatePolicy)  # noqa: S101 - narrows env_choice's return
+        allowed = _patterns(env.get("TIMERS_ALLOWED_CALLBACK_TOPICS", ""))
+        denied = env.get("TIMERS_DENIED_CALLBACK_TOPICS")
+        config = cls(
+            common=CommonConfig.from_env(env),
+            app_id=env.get("TIMERS_APP_ID") or cls.app_id,
+            # Absolute: Faust would nest a relative table dir under its data dir.
+            data_dir=Path(env.get("TIMERS_DATA_DIR") or cls.data_dir).resolve(),
+            web_host=env.get("TIMERS_WEB_HOST") or cls.web_host,
+            web_port=env_int(env, "TIMERS_WEB_PORT", cls.web_port),
+            late_policy=policy,
+            max_lateness_s=env_float(env, "TIMERS_MAX_LATENESS_S", cls.max_lateness_s),
+            clock_tolerance_ms=env_int(env, "TIMERS_CLOCK_TOLERANCE_MS", cls.clock_tolerance_ms),
+            allowed_callback_topics=allowed,
+            denied_callback_topics=cls.denied_callback_topics if denied is None else _patterns(denied),
+            max_payload_bytes=env_int(env, "TIMERS_MAX_PAYLOAD_BYTES", cls.max_payload_bytes),
+            max_due_ahead_s=env_float(env, "TIMERS_MAX_DUE_AHEAD_S", cls.max_due_ahead_s),
+            ingest_batch_size=env_int(env, "TIMERS_INGEST_BATCH_SIZE", cls.ingest_batch_size),
+            ingest_batch_within_s=env_float(env, "TIMERS_INGEST_BATCH_WITHIN_S", cls.ingest_batch_within_s),
+            fire_chunk_size=env_int(env, "TIMERS_FIRE_CHUNK_SIZE", cls.fire_chunk_size),
+            precise=env_bool(env, "TIMERS_PRECISE", cls.precise),
+            admin_token=Secret(token) if (token := env.get("TIMERS_ADMIN_TOKEN", "").strip()) else None,
+            admin_stall_after_s=env_float(env, "TIMERS_ADMIN_STALL_AFTER_S", cls.admin_stall_after_s),
+        )
+        config.validate()
+        return config
+
+    def validate(self) -> None:
+        if not re.fullmatch(r"[a-zA-Z0-9._-]+", self.app_id):
+            raise ConfigError(f"TIMERS_APP_ID={self.app_id!r}: use letters, digits, '.', '_' or '-'")
+        if self.clock_tolerance_ms < 0:
+            raise ConfigError("TIMERS_CLOCK_TOLERANCE_MS must be >= 0")
+        if not 0 <= self.web_port <= 65535:
+            raise ConfigError(f"TIMERS_WEB_PORT={self.web_port}: use a port number from 0 to 65535")
+        if self.max_due_ahead_s < 0:
+            raise ConfigError("TIMERS_MAX_DUE_AHEAD_S must be >= 0 (0 means no limit)")
+        if self.max_payload_bytes < 1:
+            raise ConfigError("TIMERS_MAX_PAYLOAD_BYTES must be >= 1")
+        if self.ingest_batch_size < 1 or self.fire_chunk_size < 1:
+            raise ConfigError("TIMERS_INGEST_BATCH_SIZE and TIMERS_FIRE_CHUNK_SIZE must be >= 1")
+        if self.admin_token is not None and len(self.admin_token.get_secret_value()) < 16:
+            raise ConfigError("TIMERS_ADMIN_TOKEN is too short: use at least 16 random characters")
+        if self.admin_stall_after_s <= 0:
+            raise ConfigError("TIMERS_ADMIN_STALL_AFTER_S must be > 0")
+
+    @property
+    def max_record_bytes(self) -> int:
+        """The producer's ``message.max.bytes``: every record the worker writes fits (bytes)."""
+        return self.max_payload_bytes + RECORD_ALLOWANCE_BYTES
+
+    @property
+    def changelog_topic(self) -> str:
+        """Faust's name for the timer table's changelog."""
+        return f"{self.app_id}-{TABLE_NAME}-changelog"
+
+    @cached_property
+    def parse_limits(self) -> ParseLimits:
+        """What requests are parsed with: the callback-topic policy, size and horizon limits."""
+        return ParseLimits(
+            topics=self.common.topics,
+            app_id=self.app_id,
+            allowed_callback_topics=self.allowed_callback_topics,
+            denied_callback_topics=self.denied_callback_topics,
+            max_payload_bytes=self.max_payload_bytes,
+            max_due_ahead_s=self.max_due_ahead_s,
+        )
+
+
+def _patterns(text: str) -> tuple[str, ...]:
+    """Comma-separated fnmatch patterns; empty items are dropped."""
+    return tuple(p.strip() for p in text.split(",") if p.strip())

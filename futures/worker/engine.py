@@ -1,0 +1,485 @@
+"""The join of requests and ticks: request → table → tick → dispatch.
+
+* :meth:`TimerEngine.ingest` takes a batch of `timer-request` records and
+  writes them to the partition tables (schedule, replace, cancel), or fires
+  them at once when their due time has already passed the partition's watermark.
+* :meth:`TimerEngine.advance` takes a batch of ticks; for each partition whose
+  clock moved to second s it fires every timer due by s (one range scan), then
+  deletes them and moves the watermark to s.
+* What goes out besides the changelog — callbacks, `timer-events`, dead
+  letters — is :mod:`futures.worker.dispatch`'s; precise mode's per-millisecond
+  windows are :mod:`futures.worker.windows`'.
+
+Durability order, which is what makes a crash lose nothing:
+callbacks are flushed before their timers' tombstones are written; changelog
+records are flushed before the local table changes; and the consumed offsets
+are committed by Faust only after these coroutines return.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections import defaultdict, deque
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+from futures.ingress.records import SourceRecord
+from futures.ingress.requests import CancelRequest, RequestParser, Schedule
+from futures.worker.config import LatePolicy, WorkerConfig
+from futures.worker.destinations import AnyTopic, TopicDirectory
+from futures.worker.dispatch import Dispatcher
+from futures.worker.gaps import GapReader
+from futures.worker.kafka import Deliveries, KafkaWriter
+from futures.worker.metrics import WorkerMetrics
+from futures.worker.status import WorkerStatus
+from futures.worker.table import (
+    DueTimer,
+    PartitionTimers,
+    Record,
+    progress_record,
+    table_key,
+    topic_progress_record,
+)
+from futures.worker.windows import Window, Windows
+from ktimers.deadletter import short
+from ktimers.logs import ThrottledLog
+from ktimers.wire import (
+    StoredTimer,
+    TimerEvent,
+    decode_tick,
+)
+
+log = logging.getLogger(__name__)
+
+Kind = TimerEvent.Kind
+#: Precise mode: timers staged by ingest between two chances for the sending window to run.
+_WINDOW_YIELD_EVERY = 200
+
+
+def wall_clock_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+@dataclass
+class _Changes:
+    """Changelog records and progress of one partition, not yet written."""
+
+    records: list[Record] = field(default_factory=list)
+    pending_delta: int = 0
+    watermark: int | None = None  # new watermark (epoch s), when the clock moved
+    request_offset: int | None = None  # last `timer-request` offset applied, when requests were
+    # Last offset applied of each other ingress topic (TIMERS_INGRESS_TOPICS).
+    topic_offsets: dict[str, int] = field(default_factory=dict)
+    scheduled: int = 0  # timers accepted into the table, counted once the write is durable
+    # Ids touched in this batch → due ms (None = removed): later requests in the
+    # same batch must see earlier ones before anything reaches the table.
+    overlay: dict[str, int | None] = field(default_factory=dict)
+
+
+class TimerEngine:
+    def __init__(
+        self,
+        config: WorkerConfig,
+        tables: Callable[[int], PartitionTimers],
+        writer: KafkaWriter,
+        metrics: WorkerMetrics,
+        clock: Callable[[], int] = wall_clock_ms,
+        *,
+        owns: Callable[[int], bool] = lambda partition: True,
+        lock: asyncio.Lock | None = None,
+        status: WorkerStatus | None = None,
+        gaps: GapReader | None = None,
+        callback_topics: TopicDirectory | None = None,
+    ) -> None:
+        self.config = config
+        self._tables = tables
+        self._writer = writer
+        self._gaps = gaps  # reads back request records the stream skipped (futures/worker/gaps.py)
+        self.metrics = metrics
+        self._clock = clock
+        self._topics = config.common.topics
+        self._owns = owns
+        # Ingest and firing both mutate the tables; one at a time keeps the
+        # overlay, the watermark checks and the changelog order consistent.
+        # The store shares it, to close revoked partitions between mutations.
+        self._lock = lock or asyncio.Lock()
+        self.status = status or WorkerStatus()  # what the admin API shows
+        self.dispatch = Dispatcher(
+            self._topics, writer, metrics, self.status, clock, callback_topics or AnyTopic()
+        )
+        self._windows = Windows()  # precise mode
+        self._ticks_log = ThrottledLog(log)
+
+    # -- request → table -------------------------------------------------------
+
+    async def ingest(self, records: Sequence[SourceRecord]) -> None:
+        """Apply a batch of request records of any ingress topic; durable when this returns.
+
+        A record may hold many timers (a ``FutureBatch``): every
+        ``fire_chunk_size`` timers the records parsed so far are made durable,
+        so one call never holds more than that in memory.
+        """
+        async with self._lock:
+            records = self._owned(records)
+            now = self._clock()
+            parser = RequestParser(self.config.parse_limits, now)
+            changes: dict[int, _Changes] = defaultdict(_Changes)
+            fire_now: list[tuple[int, StoredTimer]] = []
+            staged = yielded = 0
+            queue = deque((record, True) for record in records)
+            while queue:
+                record, check_gap = queue.popleft()
+                if record.offset <= self._applied_offset(record):
+                    # Applied before a restart or rebalance, read again from an
+                    # older committed offset: applying it twice could fire twice.
+                    self.metrics.requests_skipped.inc()
+                    continue
+                applied = self._applied_offset(record, changes.get(record.partition))
+                if check_gap and applied >= 0 and record.offset > applied + 1 and self._gaps is not None:
+                    start, end = applied + 1, record.offset
+                    missing = await self._gaps.read(record.topic, record.partition, start, end)
+                    log.warning(
+                        "%s: offsets %d..%d were never delivered to this worker (skipped by the stream "
+                        "during a rebalance?); read %d record(s) back",
+                        record.where(), start, end - 1, len(missing),
+                    )  # fmt: skip
+                    self.metrics.requests_read_back.inc(len(missing))
+                    queue.extendleft(reversed([*((m, False) for m in missing), (record, False)]))
+                    continue
+                part = changes[record.partition]
+                table = self._tables(record.partition)
+                if record.topic == self._topics.request:
+                    part.request_offset = record.offset
+                else:
+                    part.topic_offsets[record.topic] = record.offset
+                for request in parser.parse(record):
+                    staged += 1
+                    if isinstance(request, Schedule):
+                        late = self._schedule(request, part, now, table)
+                        if late is not None:
+                            fire_now.append((record.partition, late))
+                    elif isinstance(request, CancelRequest):
+                        self._cancel(request, part)
+                    else:
+                        self.dispatch.reject(
+                            request.record, request.reason, request.detail, request.timer_id, request.headers
+                        )
+                if staged >= self.config.fire_chunk_size:
+                    await self._apply_staged(changes, fire_now)
+                    changes, fire_now, staged, yielded = defaultdict(_Changes), [], 0, 0
+                elif self._windows and staged >= yielded + _WINDOW_YIELD_EVERY:
+                    # A precise window is sending timers at their millisecond:
+                    # let it run between requests (it does not touch the tables).
+                    yielded = staged
+                    await asyncio.sleep(0)
+            await self._apply_staged(changes, fire_now)
+
+    def _applied_offset(self, record: SourceRecord, part: _Changes | None = None) -> int:
+        """Last applied offset of the record's topic and partition: staged in ``part``, else the table's."""
+        if part is not None:
+            staged = part.request_offset if record.topic == self._topics.request else None
+            if staged is None:
+                staged = part.topic_offsets.get(record.topic)
+            if staged is not None:
+                return staged
+        table = self._tables(record.partition)
+        if record.topic == self._topics.request:
+            return table.request_offset
+        return table.topic_offset(record.topic)
+
+    async def _apply_staged(
+        self, changes: dict[int, _Changes], fire_now: list[tuple[int, StoredTimer]]
+    ) -> None:
+        """Fire the late timers of an ingest step, then write the step to the changelog and the tables."""
+        if fire_now:
+            outcome = await self.dispatch.fire(fire_now, self._clock())
+            for i in outcome.transient:
+                partition, timer = fire_now[i]
+                self._keep_for_retry(partition, timer, changes[partition])
+        await self._commit(changes)
+        self.metrics.scheduled.inc(sum(part.scheduled for part in changes.values()))
+
+    def _owned(self, records: Sequence[SourceRecord]) -> Sequence[SourceRecord]:
+        """Drop records of partitions revoked while they were buffered: the new owner reads them."""
+        kept = [r for r in records if self._owns(r.partition)]
+        if len(kept) < len(records):
+            log.info("skipped %d records of partitions no longer assigned here", len(records) - len(kept))
+        return kept
+
+    def _keep_for_retry(self, partition: int, timer: StoredTimer, part: _Changes) -> None:
+        """Store a late timer whose callback failed transiently, so the next tick retries it.
+
+        Its key is placed just after the watermark (scans start there); the
+        Future keeps its real due time for headers and lateness.
+        """
+        self.metrics.dispatch_retries.inc()
+        retry_ms = self._tables(partition).watermark * 1000 + 1
+        part.records.append((table_key(retry_ms, timer.future.id), timer.SerializeToString()))
+        part.overlay[timer.future.id] = retry_ms
+        part.pending_delta += 1
+
+    def _current_due(self, part: _Changes, table: PartitionTimers, timer_id: str) -> int | None:
+        if timer_id in part.overlay:
+            return part.overlay[timer_id]
+        return table.due_of(timer_id)
+
+    def _cancel(self, request: CancelRequest, part: _Changes) -> None:
+        partition = request.record.partition
+        table = self._tables(partition)
+        due = self._current_due(part, table, request.timer_id)
+        if due is not None and self._windows.cancel(partition, request.timer_id):
+            due = None  # sent by precise mode a moment ago; its deletion is on the way
+        if due is None:
+            self.metrics.cancel_missed.inc()
+            self.dispatch.event(
+                request.timer_id,
+                Kind.CANCEL_MISSED,
+                partition,
+                reason="not pending: unknown or already fired",
+            )
+            return
+        part.records.append((table_key(due, request.timer_id), None))
+        part.overlay[request.timer_id] = None
+        part.pending_delta -= 1
+        self.metrics.cancelled.inc()
+        self.dispatch.event(request.timer_id, Kind.CANCELLED, partition, due_ms=due)
+
+    def _schedule(
+        self, request: Schedule, part: _Changes, now: int, table: PartitionTimers
+    ) -> StoredTimer | None:
+        """Stage a schedule; return the timer when it is already due and must fire now.
+
+        Runs once per timer at bulk ingest rates (a FutureBatch): keep it lean.
+        """
+        partition = request.record.partition
+        timer_id, due_ms = request.timer_id, request.due_ms
+        old_due = self._current_due(part, table, timer_id)
+        if old_due is not None and self._windows:
+            self._windows.withdraw(partition, timer_id)
+        new_key = table_key(due_ms, timer_id)
+        if old_due is not None and table_key(old_due, timer_id) != new_key:
+            # Latest wins: the older version is removed, not fired.
+            part.records.append((table_key(old_due, timer_id), None))
+            part.overlay[timer_id] = None
+            part.pending_delta -= 1
+            old_due = None
+        if table.watermark >= 0 and due_ms <= table.watermark * 1000:
+            lateness_s = (now - due_ms) / 1000
+            if lateness_s > self.config.max_lateness_s and self.config.late_policy is not LatePolicy.FIRE:
+                detail = (
+                    f"due {lateness_s:.1f}s ago, more than TIMERS_MAX_LATENESS_S={self.config.max_lateness_s}"
+                )
+                if self.config.late_policy is LatePolicy.DLQ:
+                    self.dispatch.reject(request.record, "too-late", detail, timer_id)
+                else:
+                    self.metrics.rejected.labels("too-late").inc()
+                    self.dispatch.event(
+                        timer_id,
+                        Kind.REJECTED,
+                        partition,
+                        due_ms=due_ms,
+                        reason=f"too-late (dropped): {detail}",
+                    )
+                return None
+            return request.timer
+        part.records.append((new_key, request.timer.SerializeToString()))
+        part.overlay[timer_id] = due_ms
+        if old_due is None:
+            part.pending_delta += 1
+        part.scheduled += 1
+        self.dispatch.scheduled(
+            timer_id, due_ms, partition, request.record.offset, request.timer.future.callBackTopic, now
+        )
+        return None
+
+    # -- tick → dispatch -------------------------------------------------------
+
+    async def advance(self, ticks: Sequence[SourceRecord]) -> None:
+        """Apply a batch of ticks: fire what is due in each partition whose clock moved."""
+        latest: dict[int, int] = {}
+        received: dict[int, int] = defaultdict(int)
+        for record in self._owned(ticks):
+            second, source = decode_tick(record.key, record.value)
+            if second is None:
+                self.metrics.ticks.labels("invalid").inc()
+                self._ticks_log.warning(
+                    "ignoring tick %s with key %s: not an epoch second",
+                    record.where(),
+                    short(repr(record.key), 80),
+                )
+                continue
+            received[record.partition] += 1
+            self.status.tick(record.partition, second, source)
+            if second > latest.get(record.partition, -1):
+                latest[record.partition] = second
+        if not latest:
+            return
+        # The previous precise window ends at this very second: let it finish
+        # sending and deleting, so this tick's scan does not see its timers.
+        await self._windows.done(latest)
+        async with self._lock:
+            changes: dict[int, _Changes] = {}
+            for partition, second in sorted(latest.items()):
+                if not self._owns(partition):
+                    continue  # revoked by a rebalance while this batch waited for the lock
+                target = self._trusted_second(partition, second)
+                if target is None:
+                    continue
+                part = _Changes()
+                if await self._fire_due(partition, target, part):
+                    part.watermark = target
+                changes[partition] = part
+            await self._commit(changes)
+            if self.config.precise:
+                for partition, part in changes.items():
+                    if part.watermark is not None:
+                        self._open_window(partition, part.watermark)
+        # Every tick that did not move a clock — older, repeated, or one of
+        # several oscillators' copies of the same second — is a duplicate.
+        advanced = sum(1 for part in changes.values() if part.watermark is not None)
+        self.metrics.ticks.labels("advanced").inc(advanced)
+        self.metrics.ticks.labels("duplicate").inc(sum(received.values()) - advanced)
+
+    def _trusted_second(self, partition: int, second: int) -> int | None:
+        """The second partition's clock may move to, or None for a no-op tick."""
+        table = self._tables(partition)
+        if second <= table.watermark:
+            return None
+        # Never trust a tick ahead of our own clock by more than the tolerance:
+        # a misconfigured oscillator must not fire timers early.
+        cap = (self._clock() + self.config.clock_tolerance_ms) // 1000
+        if second > cap:
+            self.metrics.ticks.labels("ahead").inc()
+            log.warning(
+                "tick for second %d on partition %d is ahead of this worker's clock (%d + %d ms tolerance); "
+                "firing only up to %d. Check the oscillator host's clock.",
+                second, partition, self._clock(), self.config.clock_tolerance_ms, cap,
+            )  # fmt: skip
+            second = cap
+            if second <= table.watermark:
+                return None
+        return second
+
+    async def _fire_due(self, partition: int, second: int, part: _Changes) -> bool:
+        """Fire the timers of ``partition`` due by ``second``; False if some must wait for a retry."""
+        table = self._tables(partition)
+        limit_ms = second * 1000
+        chunk = self.config.fire_chunk_size
+        # Timers kept for a retry stay at the head of the range; scan on past
+        # them so that one unavailable topic does not hold back the rest.
+        after: bytes | None = None
+        complete = True
+        while True:
+            due = table.due_by(limit_ms, chunk, after=after)
+            if not due:
+                return complete
+            timers = [StoredTimer.FromString(d.value) for d in due]
+            outcome = await self.dispatch.fire([(partition, t) for t in timers], self._clock())
+            for i in outcome.done:
+                part.records.append((due[i].key, None))
+            part.pending_delta -= len(outcome.done)
+            if outcome.transient:
+                self.metrics.dispatch_retries.inc(len(outcome.transient))
+                complete = False
+                after = due[-1].key
+            if len(due) < chunk:
+                return complete
+            # A large second: make this chunk durable before scanning on, so the
+            # table (and memory) never holds more than one chunk in flight.
+            await self._commit({partition: part})
+            part.records.clear()
+            part.pending_delta = 0
+
+    # -- precise mode ------------------------------------------------------------
+
+    def _open_window(self, partition: int, second: int) -> None:
+        """Take the timers due by ``second + 1`` (called under the lock, the watermark at ``second``)."""
+        due = self._tables(partition).due_by((second + 1) * 1000, self.config.fire_chunk_size)
+        if not due:
+            return
+        held = {d.timer_id for d in due}
+        self._windows.open(partition, held, lambda window: self._send_window(partition, window, due))
+
+    async def _send_window(self, partition: int, window: Window, due: list[DueTimer]) -> None:
+        """Send each timer at its due millisecond, then delete what was sent.
+
+        Runs without the lock while it waits, so ingest goes on; a timer that
+        ingest cancels or replaces meanwhile is skipped (``window.removed``).
+        Never early: a timer is sent when this worker's clock has reached its due time.
+        """
+        try:
+            deliveries = Deliveries()
+            sent: list[tuple[int, DueTimer, StoredTimer, int]] = []
+            for item in due:
+                wait_ms = item.due_ms - self._clock()
+                if wait_ms > 0:
+                    await asyncio.sleep(wait_ms / 1000)
+                if item.timer_id in window.removed:
+                    continue
+                timer = StoredTimer.FromString(item.value)
+                fired_ms = self._clock()
+                self.dispatch.produce_callback(timer, fired_ms, deliveries, len(sent))
+                window.sent.add(item.timer_id)
+                sent.append((partition, item, timer, fired_ms))
+            await self._writer.flush()
+            async with self._lock:
+                if not self._owns(partition):
+                    return  # the new owner re-sends them: at least once
+                outcome = self.dispatch.settle(
+                    [(p, t) for p, _, t, _ in sent], deliveries, [f for *_, f in sent]
+                )
+                part = _Changes()
+                for i in outcome.done:
+                    if sent[i][1].timer_id not in window.removed:
+                        part.records.append((sent[i][1].key, None))
+                        part.pending_delta -= 1
+                # Transient failures stay in the table: the next tick's scan retries them.
+                await self._commit({partition: part})
+        finally:
+            self._windows.close(partition, window)
+
+    # -- table writes ----------------------------------------------------------
+
+    async def _commit(self, changes: dict[int, _Changes]) -> None:
+        """Write changelog records, wait for them, then apply them to the local tables.
+
+        Every write ends with the partition's progress record (watermark and last
+        applied request offset). With ``isolate_changelog_tail`` (embedded broker)
+        it goes out in a batch of its own.
+        """
+        changes = {
+            p: c
+            for p, c in changes.items()
+            if c.records or c.watermark is not None or c.request_offset is not None or c.topic_offsets
+        }
+        changelog = self.config.changelog_topic
+        deliveries = Deliveries()
+        staged: dict[int, list[Record]] = {}
+        for partition, part in changes.items():
+            # Other ingress topics' progress follows the records it covers.
+            staged[partition] = [
+                *part.records,
+                *(topic_progress_record(*p) for p in part.topic_offsets.items()),
+            ]
+            for key, value in staged[partition]:
+                self._writer.produce(changelog, key, value, partition=partition, deliveries=deliveries)
+        if self.config.common.kafka.settings.isolate_changelog_tail:
+            await self._writer.flush()
+        for partition, part in changes.items():
+            table = self._tables(partition)
+            tail = progress_record(
+                table.watermark if part.watermark is None else part.watermark,
+                table.request_offset if part.request_offset is None else part.request_offset,
+            )
+            staged[partition].append(tail)
+            self._writer.produce(changelog, tail[0], tail[1], partition=partition, deliveries=deliveries)
+        await self._writer.flush()
+        deliveries.raise_first("changelog")
+        self.dispatch.take_side().raise_first("event or dead-letter")
+        for partition, records in staged.items():
+            table = self._tables(partition)
+            table.apply(
+                records, deliveries.offsets.get(partition), pending_delta=changes[partition].pending_delta
+            )

@@ -1,0 +1,164 @@
+"""The worker's one confluent-kafka producer: callbacks, changelog, events and dead letters.
+
+Faust's own producer sends one record per await (~100 µs each, see
+../shared/STACK.md); everything the engine writes goes through librdkafka in
+bulk instead and is awaited with one flush.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+from dataclasses import dataclass, field
+from typing import cast
+
+from confluent_kafka import KafkaError, KafkaException, Message, Producer
+
+from ktimers.config import KafkaConfig
+from ktimers.errors import DeliveryError
+from ktimers.producer import ProducerLike
+from ktimers.wire import KafkaHeaders
+
+#: How long librdkafka retries one record before reporting it failed (ms). A
+#: flush never waits longer than this, so one unwritable topic cannot stall firing.
+MESSAGE_TIMEOUT_MS = 30_000
+
+
+@dataclass
+class Deliveries:
+    """Delivery reports of one group of records, by index: given at produce time, or the next free one."""
+
+    errors: dict[int, KafkaError] = field(default_factory=dict)
+    offsets: dict[int, int] = field(default_factory=dict)  # partition -> highest offset
+    _next_index: int = 0
+
+    def next_index(self) -> int:
+        index, self._next_index = self._next_index, self._next_index + 1
+        return index
+
+    def report(self, index: int, err: KafkaError | None, msg: Message | None) -> None:
+        if err is not None or msg is None:
+            self.errors[index] = err or KafkaError(KafkaError._FAIL)
+            return
+        partition, offset = msg.partition(), msg.offset()
+        if partition is not None and offset is not None and offset > self.offsets.get(partition, -1):
+            self.offsets[partition] = offset
+
+    def raise_first(self, what: str) -> None:
+        if self.errors:
+            err = next(iter(self.errors.values()))
+            raise DeliveryError(f"{len(self.errors)} {what} record(s) not delivered, first: {err.str()}")
+
+
+def is_permanent(err: KafkaError) -> bool:
+    """True when retrying cannot help (unknown topic, not authorised, too large...).
+
+    Timeouts and transport errors are transient: the records are kept and tried again.
+    """
+    if err.retriable():
+        return False
+    return err.code() not in (
+        KafkaError._MSG_TIMED_OUT,
+        KafkaError._TIMED_OUT,
+        KafkaError._TRANSPORT,
+        KafkaError._ALL_BROKERS_DOWN,
+        KafkaError.REQUEST_TIMED_OUT,
+        KafkaError.NOT_ENOUGH_REPLICAS,
+        KafkaError.NOT_LEADER_FOR_PARTITION,
+    )
+
+
+#: librdkafka's default ``message.max.bytes``.
+DEFAULT_MAX_RECORD_BYTES = 1_000_000
+
+
+def producer_config(
+    kafka: KafkaConfig, max_record_bytes: int = DEFAULT_MAX_RECORD_BYTES
+) -> dict[str, str | int | float | bool]:
+    """``max_record_bytes``: the largest record it may write (``WorkerConfig.max_record_bytes``)."""
+    return {
+        **kafka.librdkafka(),
+        "enable.idempotence": True,
+        "acks": "all",
+        "linger.ms": 5,
+        "batch.size": 1_000_000,
+        "queue.buffering.max.messages": 1_000_000,
+        # Bounds what a hot second can buffer (librdkafka's default is 1 GB);
+        # produce() then waits for room (see KafkaWriter.produce).
+        "queue.buffering.max.kbytes": 128 * 1024,
+        "message.timeout.ms": MESSAGE_TIMEOUT_MS,
+        "message.max.bytes": max_record_bytes,
+    }
+
+
+class KafkaWriter:
+    """Produce many records, then await their delivery reports with one flush."""
+
+    def __init__(self, producer: ProducerLike, max_record_bytes: int = DEFAULT_MAX_RECORD_BYTES) -> None:
+        self._producer = producer
+        #: The producer's ``message.max.bytes``: dead letters are cut to fit it.
+        self.max_record_bytes = max_record_bytes
+
+    @classmethod
+    def connect(cls, kafka: KafkaConfig, max_record_bytes: int = DEFAULT_MAX_RECORD_BYTES) -> KafkaWriter:
+        return cls(Producer(producer_config(kafka, max_record_bytes)), max_record_bytes)
+
+    def produce(
+        self,
+        topic: str,
+        key: bytes | None,
+        value: bytes | None,
+        *,
+        headers: KafkaHeaders | None = None,
+        partition: int | None = None,
+        deliveries: Deliveries | None = None,
+        index: int | None = None,
+    ) -> None:
+        """Queue one record; with ``deliveries``, its report lands there under ``index``
+        (the next free index when not given)."""
+        # Runs three times per fired timer (callback, event, tombstone): no extra allocations.
+        # librdkafka takes a list (or a dict), not any sequence; callers mostly pass lists.
+        header_list = cast(
+            "list[tuple[str, str | bytes | None]] | None",
+            None if not headers else headers if isinstance(headers, list) else list(headers),
+        )
+        report = None
+        if deliveries is not None:
+            report = functools.partial(deliveries.report, deliveries.next_index() if index is None else index)
+        while True:
+            try:
+                if partition is None:
+                    self._producer.produce(topic, value, key=key, headers=header_list, on_delivery=report)
+                else:
+                    self._producer.produce(
+                        topic,
+                        value,
+                        key=key,
+                        partition=partition,
+                        headers=header_list,
+                        on_delivery=report,
+                    )
+                return
+            except BufferError:
+                # The local queue is full: serve delivery reports to make room.
+                self._producer.poll(0.05)
+            except KafkaException as exc:
+                # Refused before it was queued (e.g. larger than message.max.bytes):
+                # a delivery failure of this record, not of the whole batch.
+                if report is None:
+                    raise
+                report(exc.args[0], None)
+                return
+
+    async def flush(self) -> None:
+        """Wait, off the event loop, until every produced record has its delivery report."""
+        loop = asyncio.get_running_loop()
+        await loop.run_in_executor(None, self._flush_blocking)
+
+    def _flush_blocking(self) -> None:
+        # librdkafka reports every record within MESSAGE_TIMEOUT_MS, so this ends.
+        while self._producer.flush(1.0) > 0:
+            pass
+
+    def close(self) -> None:
+        self._flush_blocking()

@@ -1,0 +1,201 @@
+"""The timer table as a Faust store: one :class:`PartitionTimers` per changelog partition.
+
+Faust owns what it is good at — assigning partitions co-partitioned with
+``timer-request`` and ``oscillator``, and replaying the changelog into the store
+when a partition arrives (``apply_changelog_batch``) — while the engine writes
+through :meth:`TimerStore.partition` in bulk, bypassing Faust's one-record-at-a-time
+``Table.__setitem__`` path (see ../shared/STACK.md: that path caps near 2 k/s).
+
+Registered as the Faust store ``timers://local`` through the ``faust.stores`` entry point.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections import defaultdict
+from collections.abc import Callable, Iterable, Iterator
+from pathlib import Path
+from typing import Any
+
+from faust.stores.base import SerializedStore
+from faust.types import TP, EventT
+
+from futures.worker.table import PartitionTimers, Record
+
+log = logging.getLogger(__name__)
+
+
+class TimerStore(SerializedStore):
+    """Faust store backed by per-partition RocksDB timer tables."""
+
+    def __init__(self, url: Any, app: Any, table: Any, **kwargs: Any) -> None:
+        super().__init__(url, app, table, **kwargs)
+        self._partitions: dict[int, PartitionTimers] = {}
+        self._owned: set[int] = set()
+        #: The `timer-request` topic (its progress is ``PartitionTimers.request_offset``).
+        self.request_topic = ""
+        #: True once the assigned partitions are recovered; False during a rebalance.
+        self.ready = False
+        #: Held by the engine while it mutates tables; a rebalance takes it before
+        #: closing a revoked partition, so no write is cut in half.
+        self.lock = asyncio.Lock()
+
+    # -- what the engine uses -------------------------------------------------
+
+    @property
+    def directory(self) -> Path:
+        return Path(self.app.conf.tabledir) / self.table_name
+
+    def partition(self, partition: int) -> PartitionTimers:
+        """The timer table of ``partition``, opened on first use."""
+        timers = self._partitions.get(partition)
+        if timers is None:
+            timers = PartitionTimers(self.directory / f"partition-{partition}.db")
+            self._partitions[partition] = timers
+        return timers
+
+    def open_partitions(self) -> dict[int, PartitionTimers]:
+        """The tables of the partitions assigned here.
+
+        Faust also asks for the persisted offset of partitions it does not
+        assign us, which opens their tables: those are stale and not ours to
+        report (readiness, the pending-timers gauge).
+        """
+        return {p: t for p, t in self._partitions.items() if p in self._owned}
+
+    def resume_positions(self, assignment: set[TP]) -> dict[TP, int]:
+        """Where to read each assigned ingress partition from: just past the last applied record.
+
+        ``request_topic`` is set by :func:`futures.worker.app.create_app`; other
+        ingress topics are known from the progress records they left.
+        """
+        positions: dict[TP, int] = {}
+        for tp in assignment:
+            if tp.partition not in self._owned:
+                continue
+            table = self.partition(tp.partition)
+            if tp.topic == self.request_topic:
+                last = table.request_offset
+            elif tp.topic in table.topic_offsets:
+                last = table.topic_offsets[tp.topic]
+            else:
+                continue
+            if last >= 0:
+                positions[tp] = last + 1
+        return positions
+
+    def owns(self, partition: int) -> bool:
+        """Whether this worker is assigned ``partition`` now (records of others are not ours to apply)."""
+        return partition in self._owned
+
+    # -- Faust's recovery protocol -------------------------------------------
+
+    def persisted_offset(self, tp: TP) -> int | None:
+        return self.partition(tp.partition).persisted_offset
+
+    def set_persisted_offset(self, tp: TP, offset: int) -> None:
+        self.partition(tp.partition).set_persisted_offset(offset)
+
+    def apply_changelog_batch(
+        self,
+        batch: Iterable[EventT],
+        to_key: Callable[[Any], Any],
+        to_value: Callable[[Any], Any],
+    ) -> None:
+        records: dict[int, list[Record]] = defaultdict(list)
+        offsets: dict[int, int] = {}
+        for event in batch:
+            message = event.message
+            if message.key is None:
+                continue  # not ours: every record the engine writes has a key
+            records[message.partition].append((message.key, message.value))
+            offsets[message.partition] = max(message.offset, offsets.get(message.partition, -1))
+        for partition, recs in records.items():
+            self.partition(partition).apply(recs, offsets[partition])
+
+    async def on_rebalance(
+        self,
+        assigned: set[TP],
+        revoked: set[TP],
+        newly_assigned: set[TP],
+        generation_id: int = 0,
+    ) -> None:
+        self.ready = False
+        changelog = self.table.changelog_topic.topics
+        async with self.lock:
+            self._owned = {tp.partition for tp in assigned if tp.topic in changelog}
+            # Close what went elsewhere (also tables Faust opened only to read
+            # their persisted offset); a partition revoked and handed straight
+            # back, as the eager protocol does, stays open.
+            for partition in set(self._partitions) - self._owned:
+                log.info("closing timer table of partition %d", partition)
+                self._partitions.pop(partition).close()
+            for partition in self._owned:
+                self.partition(partition)
+
+    async def on_recovery_completed(self, active_tps: set[TP], standby_tps: set[TP]) -> None:
+        parts = sorted(tp.partition for tp in active_tps)
+        pending = sum(self.partition(p).pending for p in parts)
+        self.ready = True
+        log.info("timer table ready: partitions %s, %d pending timers", parts, pending)
+
+    async def backup_partition(
+        self, tp: TP | int, flush: bool = True, purge: bool = False, keep: int = 1
+    ) -> None:
+        raise NotImplementedError("the changelog is the backup: a lost table is rebuilt from it")
+
+    def restore_backup(self, tp: TP | int, latest: bool = True, backup_id: int = 0) -> None:
+        raise NotImplementedError("the changelog is the backup: a lost table is rebuilt from it")
+
+    def reset_state(self) -> None:
+        for timers in self._partitions.values():
+            timers.destroy()
+        self._partitions.clear()
+
+    async def stop(self) -> None:
+        # Faust stops tables before agents: wait for the engine step in progress,
+        # and own nothing afterwards, so no later step touches a closed table.
+        async with self.lock:
+            self._owned = set()
+            for timers in self._partitions.values():
+                timers.close()
+            self._partitions.clear()
+        await super().stop()
+
+    # -- the generic mapping interface (tools, web views): decoded timer keys --
+
+    def _get(self, key: bytes) -> bytes | None:
+        for timers in self._partitions.values():
+            value = timers.get_raw(key)
+            if value is not None:
+                return value
+        return None
+
+    def _set(self, key: bytes, value: bytes | None) -> None:
+        raise NotImplementedError("timers are written in bulk by the engine, not item by item")
+
+    def _del(self, key: bytes) -> None:
+        raise NotImplementedError("timers are deleted in bulk by the engine, not item by item")
+
+    def _iterkeys(self) -> Iterator[bytes]:
+        for key, _ in self._iteritems():
+            yield key
+
+    def _itervalues(self) -> Iterator[bytes | None]:
+        for _, value in self._iteritems():
+            yield value
+
+    def _iteritems(self) -> Iterator[tuple[bytes, bytes]]:
+        for timers in list(self._partitions.values()):
+            for due in timers.iter_pending():
+                yield due.key, due.value
+
+    def _size(self) -> int:
+        return sum(t.pending for t in self._partitions.values())
+
+    def _contains(self, key: bytes) -> bool:
+        return self._get(key) is not None
+
+    def _clear(self) -> None:
+        raise NotImplementedError("clearing the timer table would lose timers; use reset_state")

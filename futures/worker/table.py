@@ -1,0 +1,290 @@
+"""The timer table of one partition: pending timers in RocksDB, ordered by due time.
+
+Keys (bytes, compared bytewise by RocksDB):
+
+=====================  ==========================  ======================
+key                    value                       in the changelog?
+=====================  ==========================  ======================
+``t`` + due_ms(8) + id  ``StoredTimer``             yes (tombstone = fired/cancelled)
+``m:progress``          watermark second (8) and    yes
+                       last applied request
+                       offset (8), signed
+``m:progress:`` + topic last applied offset (8)     yes
+                       of another ingress topic
+``i`` + id              due_ms(8)                   no: derived index for cancel/replace
+``m:pending``           count (8)                   no: derived
+``m:offset``            changelog offset (8)        no: how far the changelog is applied
+=====================  ==========================  ======================
+
+The progress record closes every changelog write. Its request offset makes
+applying `timer-request` idempotent: records at or below it were applied
+already, and are skipped when a restarted or new owner reads them again from
+an older committed consumer offset — otherwise a re-read request for a timer
+that has fired would fire it again. Each other ingress topic feeding this
+partition (``TIMERS_INGRESS_TOPICS``) has its own ``m:progress:<topic>`` record,
+written in the same changelog write after the records it covers and before the
+closing ``m:progress``; a table written before those existed simply has none
+(its ``m:progress`` offset was, and stays, `timer-request`'s).
+
+Because the due time leads the key, "every timer due by second s" is one
+forward range scan, and scheduling k timers into one second is k puts.
+Every mutation — live or replayed from the changelog — goes through
+:meth:`PartitionTimers.apply`, so a table rebuilt from its changelog is the
+table that wrote it.
+"""
+
+from __future__ import annotations
+
+import shutil
+import struct
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from rocksdict import BlockBasedOptions, Cache, Options, Rdict, WriteBatch
+
+from ktimers.wire import due_prefix, split_timer_key, timer_key
+
+TIMER_PREFIX = b"t"
+INDEX_PREFIX = b"i"
+PROGRESS_KEY = b"m:progress"
+TOPIC_PROGRESS_PREFIX = b"m:progress:"
+PENDING_KEY = b"m:pending"
+OFFSET_KEY = b"m:offset"
+
+_I64 = struct.Struct(">q")
+_PROGRESS = struct.Struct(">qq")
+_U64 = struct.Struct(">Q")
+_U64_MAX = 2**64 - 1
+
+NO_WATERMARK = -1
+NO_OFFSET = -1
+
+#: A changelog record: (key, value), value None meaning delete.
+Record = tuple[bytes, bytes | None]
+
+
+def table_key(due_ms: int, timer_id: str) -> bytes:
+    return TIMER_PREFIX + timer_key(due_ms, timer_id)
+
+
+def progress_record(watermark: int, request_offset: int) -> Record:
+    """The record that closes a changelog write: watermark (epoch s) and last applied request offset."""
+    return PROGRESS_KEY, _PROGRESS.pack(watermark, request_offset)
+
+
+def topic_progress_record(topic: str, offset: int) -> Record:
+    """Last applied offset of ``topic``, an ingress topic other than `timer-request`."""
+    return TOPIC_PROGRESS_PREFIX + topic.encode(), _I64.pack(offset)
+
+
+@dataclass(frozen=True)
+class DueTimer:
+    key: bytes
+    due_ms: int
+    timer_id: str
+    value: bytes
+
+
+#: One block cache for every partition table of the process (bytes).
+_BLOCK_CACHE = Cache(32 * 1024 * 1024)
+
+
+def _options() -> Options:
+    opts = Options(raw_mode=True)
+    opts.create_if_missing(True)
+    # Memory stays flat however many timers are pending: small memtables,
+    # data lives in SST files on disk.
+    opts.set_write_buffer_size(8 * 1024 * 1024)
+    opts.set_max_write_buffer_number(2)
+    # Index and filter blocks grow with the data; by default RocksDB keeps them
+    # all in memory. In the (bounded, shared) block cache instead, memory stays
+    # flat at any number of pending timers. Ticks scan in key order, so a small
+    # cache loses little; the OS page cache does the rest.
+    table = BlockBasedOptions()
+    table.set_block_cache(_BLOCK_CACHE)
+    table.set_cache_index_and_filter_blocks(True)
+    table.set_pin_l0_filter_and_index_blocks_in_cache(True)
+    opts.set_block_based_table_factory(table)
+    return opts
+
+
+class PartitionTimers:
+    """Pending timers of one ``timer-request`` partition, in their own RocksDB."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        path.parent.mkdir(parents=True, exist_ok=True)
+        self._db = Rdict(str(path), options=_options())
+        progress = self._db.get(PROGRESS_KEY)
+        self.watermark, self.request_offset = (
+            _PROGRESS.unpack(progress) if progress is not None else (NO_WATERMARK, NO_OFFSET)
+        )
+        #: Last applied offset of each other ingress topic (absent: none applied yet).
+        self.topic_offsets: dict[str, int] = dict(self._read_topic_offsets())
+        self.pending = self._read_int(PENDING_KEY, _U64, 0)
+        offset = self._read_int(OFFSET_KEY, _I64, -1)
+        self.persisted_offset: int | None = None if offset < 0 else offset
+
+    def _read_int(self, key: bytes, codec: struct.Struct, default: int) -> int:
+        raw = self._db.get(key)
+        return default if raw is None else int(codec.unpack(raw)[0])
+
+    def _read_topic_offsets(self) -> Iterator[tuple[str, int]]:
+        for key, value in self._scan(TOPIC_PROGRESS_PREFIX):
+            yield key[len(TOPIC_PROGRESS_PREFIX) :].decode(), int(_I64.unpack(value)[0])
+
+    def _scan(self, prefix: bytes) -> Iterator[tuple[bytes, bytes]]:
+        """(key, value) of every key that starts with ``prefix``, in key order."""
+        it = self._db.iter()
+        it.seek(prefix)
+        while it.valid():
+            key = bytes(it.key())
+            if not key.startswith(prefix):
+                return
+            yield key, bytes(it.value())
+            it.next()
+
+    def topic_offset(self, topic: str) -> int:
+        """Last applied offset of ingress topic ``topic`` (not `timer-request`: see ``request_offset``)."""
+        return self.topic_offsets.get(topic, NO_OFFSET)
+
+    # -- reads ---------------------------------------------------------------
+
+    def due_of(self, timer_id: str) -> int | None:
+        """Due time (epoch ms) of the pending timer with this id, if any."""
+        raw = self._db.get(INDEX_PREFIX + timer_id.encode())
+        return None if raw is None else int(_U64.unpack(raw)[0])
+
+    def get(self, due_ms: int, timer_id: str) -> bytes | None:
+        return self.get_raw(table_key(due_ms, timer_id))
+
+    def get_raw(self, key: bytes) -> bytes | None:
+        value = self._db.get(key)
+        return None if value is None else bytes(value)
+
+    def due_by(self, limit_ms: int, max_count: int, after: bytes | None = None) -> list[DueTimer]:
+        """Up to ``max_count`` pending timers with due_ms <= ``limit_ms``, earliest first.
+
+        Every pending timer is due after the watermark (earlier ones were fired
+        and deleted), so the scan starts there and never walks the tombstones
+        that firing leaves at the head of the key range. ``after``: resume past
+        this table key (timers kept for a retry are not returned again).
+        """
+        start_ms = self.watermark * 1000 + 1 if self.watermark >= 0 else 0
+        start = TIMER_PREFIX + due_prefix(start_ms)
+        if after is not None and after >= start:
+            start = after + b"\x00"  # the smallest key greater than ``after``
+        stop = TIMER_PREFIX + due_prefix(limit_ms + 1)
+        found: list[DueTimer] = []
+        it = self._db.iter()
+        it.seek(start)
+        while it.valid() and len(found) < max_count:
+            key = bytes(it.key())
+            if key >= stop:
+                break
+            due_ms, timer_id = split_timer_key(key[1:])
+            found.append(DueTimer(key, due_ms, timer_id, bytes(it.value())))
+            it.next()
+        return found
+
+    def iter_pending(self) -> Iterator[DueTimer]:
+        """Every pending timer in due order (for tools and tests; a full scan)."""
+        for key, value in self._scan(TIMER_PREFIX):
+            due_ms, timer_id = split_timer_key(key[1:])
+            yield DueTimer(key, due_ms, timer_id, value)
+
+    def iter_range(
+        self, from_ms: int, to_ms: int, after_key: bytes | None = None, limit: int = 100
+    ) -> Iterator[DueTimer]:
+        """Up to ``limit`` pending timers with ``from_ms <= due_ms < to_ms`` (epoch ms), earliest first.
+
+        A bounded range scan for listings and paging: it seeks to the later of
+        ``from_ms`` and the watermark (nothing is pending at or before it; only the
+        tombstones of fired timers lie there) or just past ``after_key`` (the last
+        key of the previous page), and stops at ``to_ms`` or after ``limit`` timers.
+        """
+        first_pending_ms = self.watermark * 1000 + 1 if self.watermark >= 0 else 0
+        start = TIMER_PREFIX + due_prefix(max(from_ms, first_pending_ms, 0))
+        if after_key is not None and after_key >= start:
+            start = after_key + b"\x00"  # the smallest key greater than ``after_key``
+        stop = TIMER_PREFIX + due_prefix(min(to_ms, _U64_MAX))
+        it = self._db.iter()
+        it.seek(start)
+        found = 0
+        while it.valid() and found < limit:
+            key = bytes(it.key())
+            if key >= stop:
+                break
+            due_ms, timer_id = split_timer_key(key[1:])
+            yield DueTimer(key, due_ms, timer_id, bytes(it.value()))
+            found += 1
+            it.next()
+
+    # -- writes --------------------------------------------------------------
+
+    def apply(self, records: Sequence[Record], offset: int | None, pending_delta: int | None = None) -> None:
+        """Apply changelog records in order, atomically, and remember ``offset``.
+
+        ``pending_delta`` is the change in pending count when the caller knows it
+        (the live path does); otherwise, as in changelog replay, each record is
+        checked against the table.
+        """
+        batch = WriteBatch(raw_mode=True)
+        delta = 0
+        watermark, request_offset = self.watermark, self.request_offset
+        topic_offsets: dict[str, int] = {}
+        # Whether each timer key exists once the records so far are applied: the
+        # batch is not readable before it is written, and a replay batch may put
+        # and delete (or put twice) the same key.
+        present: dict[bytes, bool] = {}
+        for key, value in records:
+            if key.startswith(TIMER_PREFIX):
+                due_ms, timer_id = split_timer_key(key[1:])
+                index_key = INDEX_PREFIX + timer_id.encode()
+                if pending_delta is None:
+                    existed = present.get(key)
+                    if existed is None:
+                        existed = self._db.get(key) is not None
+                    delta += (value is not None) - existed
+                    present[key] = value is not None
+                if value is None:
+                    batch.delete(key)
+                    batch.delete(index_key)
+                else:
+                    batch.put(key, value)
+                    batch.put(index_key, _U64.pack(due_ms))
+            elif key == PROGRESS_KEY and value is not None:
+                record_watermark, record_offset = _PROGRESS.unpack(value)
+                watermark = max(watermark, record_watermark)
+                request_offset = max(request_offset, record_offset)
+            elif key.startswith(TOPIC_PROGRESS_PREFIX) and value is not None:
+                topic = key[len(TOPIC_PROGRESS_PREFIX) :].decode()
+                record_offset = _I64.unpack(value)[0]
+                known = topic_offsets.get(topic, self.topic_offset(topic))
+                topic_offsets[topic] = max(known, record_offset)
+        if pending_delta is not None:
+            delta = pending_delta
+        pending = max(self.pending + delta, 0)
+        batch.put(PENDING_KEY, _U64.pack(pending))
+        batch.put(PROGRESS_KEY, _PROGRESS.pack(watermark, request_offset))
+        for topic, topic_offset in topic_offsets.items():
+            batch.put(topic_progress_record(topic, topic_offset)[0], _I64.pack(topic_offset))
+        if offset is not None:
+            batch.put(OFFSET_KEY, _I64.pack(offset))
+        self._db.write(batch)
+        self.pending, self.watermark, self.request_offset = pending, watermark, request_offset
+        self.topic_offsets.update(topic_offsets)
+        if offset is not None:
+            self.persisted_offset = offset
+
+    def set_persisted_offset(self, offset: int) -> None:
+        self._db.put(OFFSET_KEY, _I64.pack(offset))
+        self.persisted_offset = offset
+
+    def close(self) -> None:
+        self._db.close()
+
+    def destroy(self) -> None:
+        self.close()
+        shutil.rmtree(self.path, ignore_errors=True)

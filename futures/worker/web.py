@@ -1,0 +1,47 @@
+"""HTTP endpoints on the Faust web server: metrics, health, and the admin API and page."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import faust
+from prometheus_client import CONTENT_TYPE_LATEST
+
+from futures.worker.admin.actions import TimerActions
+from futures.worker.admin.views import register_admin
+from futures.worker.config import WorkerConfig
+from futures.worker.kafka import KafkaWriter
+from futures.worker.metrics import WorkerMetrics
+from futures.worker.status import WorkerStatus
+from futures.worker.store import TimerStore
+
+
+def register_views(
+    app: faust.App,
+    metrics: WorkerMetrics,
+    store: TimerStore,
+    config: WorkerConfig,
+    status: WorkerStatus,
+    writer: KafkaWriter,
+) -> None:
+    """``/metrics`` (Prometheus), ``/healthz`` (liveness: the event loop answers),
+    ``/readyz`` (readiness: partitions assigned and their tables recovered), and the
+    admin API (``/api/...``) and page (``/admin/``), see :mod:`futures.worker.admin`."""
+
+    @app.page("/metrics")
+    async def metrics_view(web: Any, request: Any) -> Any:
+        return web.bytes(metrics.render(), content_type=CONTENT_TYPE_LATEST.split(";")[0])
+
+    @app.page("/healthz")
+    async def health_view(web: Any, request: Any) -> Any:
+        return web.json({"status": "ok"})
+
+    @app.page("/readyz")
+    async def ready_view(web: Any, request: Any) -> Any:
+        partitions = sorted(store.open_partitions())
+        if store.ready:
+            return web.json({"status": "ready", "partitions": partitions})
+        return web.json({"status": "recovering", "partitions": partitions}, status=503)
+
+    # The admin API's cancel/reschedule requests go out on the worker's own producer.
+    register_admin(app, config, store, status, TimerActions(config.common, writer))

@@ -1,0 +1,40 @@
+"""What every part needs of a confluent-kafka ``Producer``: one protocol, so tests pass fakes.
+
+The oscillator, the worker, the client and the admin API all produce through
+librdkafka; they use different subsets of this, and a fake implements the
+subset its test exercises.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Protocol
+
+from confluent_kafka import KafkaError, Message
+from confluent_kafka.admin import ClusterMetadata
+
+DeliveryCallback = Callable[[KafkaError | None, Message], None]
+RecordHeaders = list[tuple[str, str | bytes | None]]
+
+
+class ProducerLike(Protocol):
+    """The calls of ``confluent_kafka.Producer`` that kafka-timers makes."""
+
+    def produce(
+        self,
+        topic: str,
+        value: str | bytes | None = ...,
+        key: str | bytes | None = ...,
+        *,
+        partition: int = ...,
+        on_delivery: DeliveryCallback | None = ...,
+        headers: RecordHeaders | None = ...,
+    ) -> None: ...
+
+    def poll(self, timeout: float = ...) -> int: ...
+
+    def flush(self, timeout: float = ...) -> int: ...
+
+    def list_topics(self, topic: str | None = ..., timeout: float = ...) -> ClusterMetadata: ...
+
+    def __len__(self) -> int: ...

@@ -1,5 +1,0 @@
-"""Fixtures of the engine tests (tests/futures/rig.py)."""
-
-from tests.futures.rig import make_rig, rig
-
-__all__ = ["make_rig", "rig"]

@@ -1,0 +1,182 @@
+"""The engine rig: a real :class:`TimerEngine` on RocksDB tables under ``tmp_path``,
+a :class:`FakeProducer` and a clock the test moves. Fixtures ``make_rig`` and ``rig``
+are registered in tests/futures/conftest.py.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections import defaultdict
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+
+from futures.ingress.records import SourceRecord
+from futures.worker.config import WorkerConfig
+from futures.worker.engine import TimerEngine
+from futures.worker.kafka import KafkaWriter
+from futures.worker.metrics import WorkerMetrics
+from futures.worker.table import PartitionTimers
+from ktimers.config import BrokerProfile, CommonConfig, KafkaConfig
+from ktimers.wire import Cancel, Future, Header, Tick, TimerEvent, encode_second_key
+from tests.worker.fakes import FakeProducer, FakeTopics, Sent
+
+T = 1_795_000_000  # an epoch second
+T_MS = T * 1000
+Kind = TimerEvent.Kind
+
+
+class Rig:
+    """One engine, its tables, a fake producer and a hand-moved clock."""
+
+    def __init__(self, directory: Path, config: WorkerConfig) -> None:
+        self.config = config
+        self.topics = config.common.topics
+        self.now = T_MS - 60_000
+        self.directory = directory
+        self.producer = FakeProducer(max_bytes=config.max_record_bytes)
+        self.callback_topics = FakeTopics()
+        self.metrics = WorkerMetrics()
+        self.tables: dict[int, PartitionTimers] = {}
+        self._offsets: dict[tuple[str, int], int] = defaultdict(int)
+        #: Partitions this worker is assigned (a rebalance changes it).
+        self.owned = {0, 1, 2, 3}
+        self.engine = TimerEngine(
+            config,
+            self.table,
+            KafkaWriter(self.producer, config.max_record_bytes),
+            self.metrics,
+            clock=lambda: self.now,
+            owns=lambda partition: partition in self.owned,
+            callback_topics=self.callback_topics,
+        )
+
+    def table(self, partition: int) -> PartitionTimers:
+        if partition not in self.tables:
+            self.tables[partition] = PartitionTimers(self.directory / f"p{partition}.db")
+        return self.tables[partition]
+
+    def close(self) -> None:
+        for table in self.tables.values():
+            table.close()
+
+    # -- input records ------------------------------------------------------
+
+    def _record(
+        self,
+        topic: str,
+        partition: int,
+        key: bytes | None,
+        value: bytes | None,
+        headers: tuple[tuple[str, bytes | None], ...] = (),
+    ) -> SourceRecord:
+        offset = self._offsets[(topic, partition)]
+        self._offsets[(topic, partition)] += 1
+        return SourceRecord(topic, partition, offset, key, value, headers)
+
+    def request(
+        self,
+        timer_id: str,
+        due_ms: int,
+        *,
+        topic: str = "orders",
+        key: str = "",
+        payload: bytes | None = None,
+        token: str = "",
+        headers: tuple[tuple[str, bytes], ...] = (),
+        partition: int = 0,
+    ) -> SourceRecord:
+        future = Future(
+            callBackTopic=topic,
+            callBackKey=key or f"key-{timer_id}",
+            callBack=payload if payload is not None else timer_id.encode(),
+            id=timer_id,
+            due_ms=due_ms,
+            token=token,
+            headers=[Header(key=k, value=v) for k, v in headers],
+        )
+        return self._record(self.topics.request, partition, None, future.SerializeToString())
+
+    def raw_request(
+        self,
+        key: bytes | None,
+        value: bytes | None,
+        headers: tuple[tuple[str, bytes | None], ...] = (),
+        partition: int = 0,
+    ) -> SourceRecord:
+        return self._record(self.topics.request, partition, key, value, headers)
+
+    def cancel(self, timer_id: str, partition: int = 0) -> SourceRecord:
+        value = Cancel(id=timer_id).SerializeToString()
+        return self._record(self.topics.request, partition, None, value, (("kt-kind", b"cancel"),))
+
+    def last_offset(self, topic: str, partition: int) -> int:
+        """Offset of the last record made for ``topic`` and ``partition`` (-1 if none)."""
+        return self._offsets[(topic, partition)] - 1
+
+    def tick_record(self, second: int, partition: int = 0, source: str = "osc-a") -> SourceRecord:
+        value = Tick(second=second, source=source, emitted_ms=second * 1000).SerializeToString()
+        return self._record(self.topics.oscillator, partition, encode_second_key(second), value)
+
+    # -- driving the engine -------------------------------------------------
+
+    def ingest(self, *records: SourceRecord) -> None:
+        asyncio.run(self.engine.ingest(records))
+        assert len(self.producer) == 0, "ingest returned before every record was delivered"
+
+    def tick(self, second: int, *, partitions: tuple[int, ...] = (0,), clock_ms: int | None = None) -> None:
+        """Every partition's clock reaches ``second``; by default our clock just passed it too."""
+        self.now = clock_ms if clock_ms is not None else max(self.now, second * 1000 + 10)
+        self.advance([self.tick_record(second, p) for p in partitions])
+
+    def advance(self, ticks: list[SourceRecord]) -> None:
+        asyncio.run(self.engine.advance(ticks))
+        assert len(self.producer) == 0, "advance returned before every record was delivered"
+
+    # -- what came out ------------------------------------------------------
+
+    def callbacks(self, topic: str = "orders") -> list[Sent]:
+        return self.producer.on(topic)
+
+    def fired(self, topic: str = "orders") -> list[str]:
+        return [(cb.header("kt-id") or b"").decode() for cb in self.callbacks(topic)]
+
+    def dlq(self) -> list[Sent]:
+        return self.producer.on(self.topics.dlq)
+
+    def events(self, kind: int | None = None) -> list[TimerEvent]:
+        return [e for e in self.producer.events(self.topics.events) if kind is None or e.kind == kind]
+
+    def changelog(self, partition: int = 0) -> list[Sent]:
+        return [s for s in self.producer.on(self.config.changelog_topic) if s.partition == partition]
+
+    def pending_ids(self, partition: int = 0) -> list[str]:
+        return [d.timer_id for d in self.table(partition).iter_pending()]
+
+    def ticks_counted(self, outcome: str) -> float:
+        value = self.metrics.registry.get_sample_value("timers_ticks_total", {"outcome": outcome})
+        return value or 0.0
+
+
+MakeRig = Callable[..., Rig]
+
+
+@pytest.fixture
+def make_rig(tmp_path: Path) -> Iterator[MakeRig]:
+    rigs: list[Rig] = []
+
+    def make(profile: BrokerProfile = BrokerProfile.CLUSTER, **settings: object) -> Rig:
+        common = CommonConfig(kafka=KafkaConfig(profile=profile))
+        rig = Rig(tmp_path / f"rig{len(rigs)}", WorkerConfig(common=common, **settings))  # type: ignore[arg-type]
+        rigs.append(rig)
+        return rig
+
+    yield make
+    for rig in rigs:
+        rig.close()
+
+
+@pytest.fixture
+def rig(make_rig: MakeRig) -> Rig:
+    return make_rig()

@@ -1,0 +1,602 @@
+"""The timer engine end to end, without a broker: requests in, ticks in, callbacks out.
+
+A :class:`Rig` wires a real :class:`TimerEngine` to RocksDB tables under ``tmp_path``
+and a :class:`FakeProducer`, with a clock the test moves.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections import defaultdict
+
+import pytest
+from confluent_kafka import KafkaError
+
+from futures.ingress.records import SourceRecord
+from futures.worker.config import LatePolicy
+from futures.worker.engine import TimerEngine
+from futures.worker.kafka import KafkaWriter
+from futures.worker.table import PROGRESS_KEY, PartitionTimers, progress_record
+from ktimers.config import BrokerProfile
+from ktimers.errors import DeliveryError
+from ktimers.wire import Future, encode_second_key
+from tests.worker.fakes import Sent, permanent_error, transient_error
+from tests.worker.rig import T_MS, Kind, MakeRig, Rig, T  # noqa: F401
+
+# -- firing on ticks ----------------------------------------------------------
+
+
+def test_a_request_read_again_after_a_restart_does_not_fire_again(rig):
+    first = rig.request("once", T_MS - 500)
+    rig.ingest(first)
+    rig.tick(T)
+    assert rig.fired() == ["once"]
+    # A restarted (or new) owner resumes from an older committed consumer offset.
+    rig.ingest(first, rig.request("new", T_MS - 400))
+    rig.tick(T + 1)
+    assert rig.fired() == ["once", "new"]
+    assert rig.metrics.requests_skipped._value.get() == 1
+    # The applied offset travels in the changelog, so a rebuilt table skips it too.
+    rebuilt = PartitionTimers(rig.directory / "rebuilt.db")
+    rebuilt.apply([(s.key, s.value) for s in rig.changelog(0)], offset=None)
+    assert rebuilt.request_offset == rig.table(0).request_offset == first.offset + 1
+    rebuilt.close()
+
+
+def test_records_of_a_revoked_partition_are_left_to_its_new_owner(rig):
+    rig.ingest(rig.request("mine", T_MS, partition=0), rig.request("theirs", T_MS, partition=1))
+    written_for_1 = len(rig.changelog(1))
+    rig.owned = {0}  # a rebalance moved partition 1 to another worker
+    rig.ingest(rig.request("buffered-theirs", T_MS + 10, partition=1))
+    rig.tick(T, partitions=(0, 1))
+
+    assert rig.fired() == ["mine"]  # partition 1's timers fire at its new owner, not here
+    # Its tick was not ours to count either: not a duplicate, just not ours.
+    assert rig.metrics.ticks.labels("duplicate")._value.get() == 0
+    assert len(rig.changelog(1)) == written_for_1  # and its changelog is the new owner's to write
+    assert rig.pending_ids(1) == ["theirs"]
+
+
+def test_tick_fires_exactly_the_timers_due_by_its_second(rig):
+    rig.ingest(
+        rig.request("early", T_MS - 3000),
+        rig.request("on-the-second", T_MS),
+        rig.request("half-past", T_MS + 500),
+        rig.request("next-second", T_MS + 1000),
+    )
+    assert rig.table(0).pending == 4
+    assert [e.id for e in rig.events(Kind.SCHEDULED)] == [
+        "early",
+        "on-the-second",
+        "half-past",
+        "next-second",
+    ]
+
+    # Our clock is well past T+0.5 s, but the tick says T: the half-past timer waits.
+    rig.tick(T, clock_ms=T_MS + 900)
+    assert rig.fired() == ["early", "on-the-second"]
+    assert rig.pending_ids() == ["half-past", "next-second"]
+    assert rig.table(0).pending == 2
+    assert rig.table(0).watermark == T
+
+    rig.tick(T + 1)
+    assert rig.fired() == ["early", "on-the-second", "half-past", "next-second"]
+    assert rig.pending_ids() == []
+    assert rig.table(0).pending == 0
+    assert rig.table(0).watermark == T + 1
+    assert [e.id for e in rig.events(Kind.FIRED)] == rig.fired()
+
+
+def test_callback_carries_payload_and_headers(rig):
+    rig.ingest(
+        rig.request(
+            "order-7",
+            T_MS + 250,
+            key="customer-9",
+            payload=b"\x00body",
+            token="tok-1",
+            headers=(("trace", b"abc"), ("kt-id", b"forged")),
+        ),
+        rig.request("plain", T_MS + 300, topic="audit"),
+    )
+    rig.tick(T + 1, clock_ms=(T + 1) * 1000 + 37)
+
+    [cb] = rig.callbacks("orders")
+    assert (cb.topic, cb.key, cb.value) == ("orders", b"customer-9", b"\x00body")
+    # The user's headers come first, in order; ours follow, so ours win for readers.
+    assert cb.headers[:2] == [("trace", b"abc"), ("kt-id", b"forged")]
+    assert cb.header("kt-id") == b"order-7"
+    assert cb.header("kt-due-ms") == str(T_MS + 250).encode()
+    assert cb.header("kt-fired-ms") == str((T + 1) * 1000 + 37).encode()
+    assert cb.header("kt-token") == b"tok-1"
+
+    [plain] = rig.callbacks("audit")
+    assert plain.header("kt-id") == b"plain"
+    assert "kt-token" not in plain.header_names()
+
+    fired = {e.id: e for e in rig.events(Kind.FIRED)}
+    assert fired["order-7"].due_ms == T_MS + 250
+    assert fired["order-7"].partition == 0
+
+
+def test_duplicate_and_older_ticks_change_nothing(rig):
+    rig.ingest(rig.request("now", T_MS), rig.request("later", T_MS + 5000))
+    rig.tick(T)
+    sent_before = len(rig.producer.sent)
+
+    rig.tick(T)
+    rig.tick(T - 3)
+    assert len(rig.producer.sent) == sent_before
+    assert rig.table(0).watermark == T
+    assert rig.pending_ids() == ["later"]
+    assert rig.ticks_counted("duplicate") == 2
+
+
+def test_ticks_of_several_oscillators_in_one_batch_fire_once(rig):
+    rig.ingest(rig.request("a", T_MS + 3000), rig.request("b", T_MS + 5000))
+    rig.now = T_MS + 5100
+    rig.advance(
+        [
+            rig.tick_record(T + 5, source="osc-a"),
+            rig.tick_record(T + 3, source="osc-c"),  # a lagging oscillator
+            rig.tick_record(T + 5, source="osc-b"),
+            rig.tick_record(T + 5, source="osc-c"),
+        ]
+    )
+    assert rig.fired() == ["a", "b"]
+    tombstones = [s for s in rig.changelog() if s.value is None]
+    assert len(tombstones) == 2
+    assert rig.table(0).watermark == T + 5
+
+
+def test_tick_with_only_a_decimal_key_advances_and_an_invalid_tick_is_ignored(rig):
+    rig.ingest(rig.request("a", T_MS + 2000))
+    rig.now = T_MS + 2010
+    rig.advance([SourceRecord(rig.topics.oscillator, 0, 0, b"not-a-second", None)])
+    assert rig.fired() == []
+    assert rig.table(0).watermark == -1
+    assert rig.ticks_counted("invalid") == 1
+
+    rig.advance([SourceRecord(rig.topics.oscillator, 0, 1, encode_second_key(T + 2), None)])
+    assert rig.fired() == ["a"]
+    assert rig.table(0).watermark == T + 2
+
+
+def test_tick_ahead_of_worker_clock_fires_only_up_to_clock_plus_tolerance(make_rig):
+    rig = make_rig(clock_tolerance_ms=500)
+    rig.ingest(rig.request("a", T_MS), rig.request("b", T_MS + 1000), rig.request("c", T_MS + 10_000))
+
+    # A misconfigured oscillator announces T+10 while our clock reads T+0.499.
+    rig.tick(T + 10, clock_ms=T_MS + 499)
+    assert rig.fired() == ["a"]
+    assert rig.table(0).watermark == T
+    assert rig.ticks_counted("ahead") == 1
+
+    # Within the tolerance a tick may lead our clock: T+0.5 + 0.5 s reaches T+1.
+    rig.tick(T + 10, clock_ms=T_MS + 500)
+    assert rig.fired() == ["a", "b"]
+    assert rig.table(0).watermark == T + 1
+    assert rig.ticks_counted("ahead") == 2
+
+    rig.tick(T + 10, clock_ms=(T + 10) * 1000)
+    assert rig.fired() == ["a", "b", "c"]
+    assert rig.table(0).watermark == T + 10
+    assert rig.ticks_counted("ahead") == 2
+
+
+# -- late requests ------------------------------------------------------------
+
+
+def test_request_due_by_the_watermark_fires_on_arrival(rig):
+    rig.tick(T)
+    rig.ingest(
+        rig.request("on-watermark", T_MS),
+        rig.request("just-after", T_MS + 1),
+        # Far beyond max_lateness_s, but the default policy still fires it.
+        rig.request("hours-late", T_MS - 10 * 3_600_000),
+    )
+    assert rig.fired() == ["on-watermark", "hours-late"]
+    assert rig.pending_ids() == ["just-after"]
+    assert rig.table(0).due_of("on-watermark") is None
+    stored = {s.key for s in rig.changelog() if s.value is not None and s.key != PROGRESS_KEY}
+    assert len(stored) == 1
+
+    rig.tick(T + 1)
+    assert rig.fired() == ["on-watermark", "hours-late", "just-after"]
+
+
+@pytest.mark.parametrize("policy", [LatePolicy.DROP, LatePolicy.DLQ])
+def test_too_late_request_is_not_fired_under_drop_or_dlq(make_rig, policy):
+    rig = make_rig(late_policy=policy, max_lateness_s=60)
+    rig.tick(T)
+    rig.now = T_MS + 100
+    late = rig.request("too-late", T_MS - 120_000, payload=b"late-body")
+    rig.ingest(rig.request("a-bit-late", T_MS - 30_000), late)
+
+    assert rig.fired() == ["a-bit-late"]  # within max_lateness_s: fires on arrival
+    assert rig.pending_ids() == []
+    [rejected] = rig.events(Kind.REJECTED)
+    assert rejected.id == "too-late"
+    assert rejected.reason.startswith("too-late")
+    if policy is LatePolicy.DLQ:
+        [dead] = rig.dlq()
+        assert (dead.key, dead.value) == (late.key, late.value)
+        assert dead.header("kt-reason") == b"too-late"
+        assert dead.header("kt-source-offset") == str(late.offset).encode()
+    else:
+        assert rig.dlq() == []
+
+    rig.tick(T + 300)
+    assert rig.fired() == ["a-bit-late"]
+
+
+def test_late_request_hitting_a_transient_error_is_kept_for_the_next_tick(rig):
+    rig.tick(T)
+    batch = (rig.request("late", T_MS - 1000), rig.request("future", T_MS + 5000))
+    rig.producer.fail = lambda topic: transient_error() if topic == "orders" else None
+    rig.ingest(*batch)
+    # Nothing lost, no crash loop: the late timer waits just past the watermark.
+    assert rig.fired() == []
+    assert sorted(rig.pending_ids()) == ["future", "late"]
+
+    rig.producer.fail = lambda topic: None
+    rig.tick(T + 1)
+    assert rig.fired() == ["late"]
+    [callback] = rig.callbacks()
+    assert callback.header("kt-due-ms") == str(T_MS - 1000).encode()  # its real due time
+    assert rig.pending_ids() == ["future"]
+
+
+# -- reschedule and cancel ----------------------------------------------------
+
+
+def test_rescheduling_an_id_keeps_only_the_latest_version(rig):
+    rig.ingest(rig.request("x", T_MS + 5000, payload=b"v1"))
+    rig.ingest(rig.request("x", T_MS + 3000, payload=b"v2"))
+    rig.ingest(
+        rig.request("x", T_MS + 9000, payload=b"v3"),
+        rig.request("y", T_MS + 4000, payload=b"y"),
+        rig.request("x", T_MS + 8000, payload=b"v4"),  # same batch: the later record wins
+    )
+    assert rig.table(0).pending == 2
+    assert rig.table(0).due_of("x") == T_MS + 8000
+
+    rig.tick(T + 10)
+    assert [cb.value for cb in rig.callbacks()] == [b"y", b"v4"]
+    assert rig.table(0).pending == 0
+
+
+def test_rescheduling_to_the_same_due_time_replaces_the_payload(rig):
+    rig.ingest(rig.request("x", T_MS + 1000, payload=b"v1"))
+    rig.ingest(rig.request("x", T_MS + 1000, payload=b"v2"))
+    assert rig.table(0).pending == 1
+    rig.tick(T + 1)
+    assert [cb.value for cb in rig.callbacks()] == [b"v2"]
+
+
+def test_cancel_removes_a_pending_timer_and_reports_misses(rig):
+    rig.ingest(rig.request("a", T_MS + 5000), rig.request("b", T_MS + 6000), rig.request("c", T_MS + 2000))
+    rig.ingest(rig.cancel("a"), rig.cancel("nobody"))
+    assert rig.table(0).pending == 2
+    [cancelled] = rig.events(Kind.CANCELLED)
+    assert (cancelled.id, cancelled.due_ms) == ("a", T_MS + 5000)
+    assert [e.id for e in rig.events(Kind.CANCEL_MISSED)] == ["nobody"]
+
+    rig.tick(T + 3)
+    assert rig.fired() == ["c"]
+    rig.ingest(rig.cancel("c"))  # too late: it already fired
+    assert [e.id for e in rig.events(Kind.CANCEL_MISSED)] == ["nobody", "c"]
+
+    rig.ingest(rig.request("d", T_MS + 9000), rig.cancel("d"))  # cancelled within its own batch
+    assert [e.id for e in rig.events(Kind.CANCELLED)] == ["a", "d"]
+    assert rig.table(0).pending == 1
+
+    rig.tick(T + 10)
+    assert rig.fired() == ["c", "b"]
+    assert rig.table(0).pending == 0
+
+
+# -- rejections and dead letters ----------------------------------------------
+
+
+def test_rejected_request_is_dead_lettered_and_the_rest_of_the_batch_scheduled(rig):
+    bad = rig.raw_request(b"k-1", b"\x0a\xff", headers=(("trace", b"t-1"),))
+    rig.ingest(rig.request("a", T_MS + 1000), bad, rig.request("c", T_MS + 2000))
+
+    [dead] = rig.dlq()
+    assert (dead.key, dead.value) == (b"k-1", b"\x0a\xff")
+    assert dead.header("trace") == b"t-1"
+    assert dead.header("kt-reason") == b"undecodable"
+    assert dead.header("kt-error")
+    assert dead.header("kt-source-topic") == b"timer-request"
+    assert dead.header("kt-source-partition") == b"0"
+    assert dead.header("kt-source-offset") == str(bad.offset).encode()
+
+    [event] = rig.events(Kind.REJECTED)
+    assert event.id == f"seed-0-{bad.offset}"
+    assert event.reason.startswith("undecodable")
+
+    assert rig.table(0).pending == 2
+    rig.tick(T + 2)
+    assert rig.fired() == ["a", "c"]
+
+
+def test_permanently_undeliverable_callback_is_dead_lettered_and_others_fire(rig):
+    rig.producer.fail = lambda topic: permanent_error() if topic == "gone" else None
+    rig.ingest(
+        rig.request("a", T_MS - 999),
+        rig.request("b", T_MS - 500, topic="gone", payload=b"b-body"),
+        rig.request("c", T_MS),
+    )
+    rig.tick(T)
+
+    assert rig.fired() == ["a", "c"]
+    [dead] = rig.dlq()
+    future = Future.FromString(dead.value or b"")
+    assert (future.id, future.callBackTopic, future.callBack, future.due_ms) == (
+        "b",
+        "gone",
+        b"b-body",
+        T_MS - 500,
+    )
+    assert dead.header("kt-reason") == b"callback-undeliverable"
+    assert dead.header("kt-source-partition") == b"0"
+    assert [e.id for e in rig.events(Kind.REJECTED)] == ["b"]
+    assert rig.table(0).pending == 0
+    assert rig.table(0).watermark == T
+
+    rig.tick(T + 1)  # dead-lettered for good: not retried
+    assert len(rig.producer.failed("gone")) == 1
+    assert len(rig.dlq()) == 1
+
+
+def test_callback_refused_by_produce_itself_is_dead_lettered_without_stopping_the_tick(rig):
+    # librdkafka raises from produce() for a record over message.max.bytes.
+    rig.producer.refuse = lambda topic: KafkaError(KafkaError.MSG_SIZE_TOO_LARGE) if topic == "big" else None
+    rig.ingest(
+        rig.request("a", T_MS - 10), rig.request("huge", T_MS - 5, topic="big"), rig.request("c", T_MS)
+    )
+    rig.tick(T)
+
+    assert rig.fired() == ["a", "c"]
+    [dead] = rig.dlq()
+    assert dead.header("kt-reason") == b"callback-undeliverable"
+    assert b"big" in (dead.header("kt-error") or b"")
+    assert rig.table(0).pending == 0
+    assert rig.table(0).watermark == T
+
+
+def test_transiently_undeliverable_callback_is_kept_and_retried_on_the_next_tick(rig):
+    rig.tick(T - 1)
+    flaky = {"orders"}
+    rig.producer.fail = lambda topic: transient_error() if topic in flaky else None
+    rig.ingest(rig.request("a", T_MS), rig.request("b", T_MS, topic="audit"))
+
+    rig.tick(T)
+    assert rig.fired("orders") == []
+    assert rig.fired("audit") == ["b"]
+    assert rig.pending_ids() == ["a"]
+    assert rig.table(0).pending == 1
+    assert rig.table(0).watermark == T - 1  # the clock waits for the kept timer
+    assert rig.dlq() == []
+
+    flaky.clear()
+    rig.tick(T + 1)
+    assert rig.fired("orders") == ["a"]
+    assert rig.fired("audit") == ["b"]  # delivered once, not resent with the retry
+    assert rig.table(0).pending == 0
+    assert rig.table(0).watermark == T + 1
+
+
+# -- durability ---------------------------------------------------------------
+
+
+def test_callbacks_are_delivered_before_their_timers_are_deleted(rig):
+    rig.ingest(*(rig.request(f"t{i}", T_MS + i) for i in range(5)))
+    rig.tick(T + 1)
+    flushed_at = {cb.header("kt-id"): cb.flush_no for cb in rig.callbacks()}
+    tombstones = [s for s in rig.changelog() if s.value is None]
+    assert len(tombstones) == 5
+    for tomb in tombstones:
+        timer_id = tomb.key[9:] if tomb.key else b""
+        # Produced after the flush that delivered the callback.
+        assert tomb.flush_no > flushed_at[timer_id]
+
+
+def test_undelivered_changelog_leaves_the_table_unchanged(rig):
+    changelog = rig.config.changelog_topic
+    rig.producer.fail = lambda topic: permanent_error() if topic == changelog else None
+    with pytest.raises(DeliveryError):
+        asyncio.run(rig.engine.ingest([rig.request("a", T_MS)]))
+    assert rig.table(0).pending == 0
+    assert rig.table(0).due_of("a") is None
+
+    rig.producer.fail = lambda topic: None
+    rig.ingest(rig.request("a", T_MS))
+    rig.producer.fail = lambda topic: permanent_error() if topic == changelog else None
+    rig.now = T_MS + 10
+    with pytest.raises(DeliveryError):
+        asyncio.run(rig.engine.advance([rig.tick_record(T)]))
+    # The callback went out but its deletion is not durable: the timer stays
+    # (it fires again after a restart: at least once, never lost).
+    assert rig.fired() == ["a"]
+    assert rig.pending_ids() == ["a"]
+    assert rig.table(0).watermark == -1
+
+
+def _busy_history(rig: Rig) -> None:
+    """Schedules, reschedules, cancels, fires, a transient failure, on two partitions."""
+    flaky: set[str] = set()
+    rig.producer.fail = lambda topic: transient_error() if topic in flaky else None
+    rig.ingest(
+        *(rig.request(f"p0-{i}", T_MS + i * 700) for i in range(10)),
+        *(rig.request(f"p1-{i}", T_MS + i * 1300, partition=1) for i in range(6)),
+        rig.request("x", T_MS + 2500, payload=b"v1"),
+    )
+    rig.ingest(rig.request("x", T_MS + 6500, payload=b"v2"), rig.cancel("p0-8"), rig.cancel("p1-5", 1))
+    rig.tick(T + 2, partitions=(0, 1))
+    rig.ingest(rig.request("y", T_MS + 4000, topic="flaky"), rig.request("p0-2", T_MS + 7000))
+    flaky.add("flaky")
+    rig.tick(T + 4, partitions=(0, 1))
+    flaky.clear()
+    rig.ingest(rig.request("z", T_MS + 3000), rig.request("p0-9", T_MS + 9000, payload=b"v2"))
+    rig.tick(T + 5, partitions=(0, 1))
+
+
+def test_every_changelog_write_ends_with_the_partitions_progress(rig):
+    _busy_history(rig)
+    by_flush: dict[tuple[int, int], list[Sent]] = defaultdict(list)
+    for partition in (0, 1):
+        records = rig.changelog(partition)
+        last_request_offset = rig.last_offset(rig.topics.request, partition)
+        assert (records[-1].key, records[-1].value) == progress_record(T + 5, last_request_offset)
+        for s in records:
+            by_flush[(s.flush_no, partition)].append(s)
+    assert len(by_flush) > 6
+    for (_, partition), records in by_flush.items():
+        assert records[-1].key == PROGRESS_KEY, partition
+        assert all(s.key != PROGRESS_KEY for s in records[:-1])
+
+
+def test_embedded_profile_flushes_the_changelog_tail_on_its_own(make_rig):
+    rig = make_rig(BrokerProfile.EMBEDDED)
+    _busy_history(rig)
+    by_flush: dict[int, list[Sent]] = defaultdict(list)
+    for s in rig.producer.on(rig.config.changelog_topic):
+        by_flush[s.flush_no].append(s)
+    writes = 0
+    for flush_no, records in by_flush.items():
+        tails = [s for s in records if s.key == PROGRESS_KEY]
+        if tails:
+            # A tail batch holds nothing but tails, at most one per partition.
+            assert tails == records
+            assert len({s.partition for s in tails}) == len(tails)
+        else:
+            # A write's records are followed, in the next flush, by their partitions' tails.
+            writes += 1
+            tail_partitions = {s.partition for s in by_flush[flush_no + 1] if s.key == PROGRESS_KEY}
+            assert {s.partition for s in records} <= tail_partitions
+    assert writes >= 5
+
+
+def _replay(into: PartitionTimers, batches: list[list[Sent]]) -> None:
+    """Apply changelog records as Faust's recovery does: in batches, counting against the table."""
+    for batch in batches:
+        into.apply([(s.key or b"", s.value) for s in batch], offset=max(s.offset or 0 for s in batch))
+
+
+def _assert_same_table(live: PartitionTimers, replayed: PartitionTimers, ids: list[str]) -> None:
+    assert replayed.watermark == live.watermark
+    assert [(d.key, d.value) for d in replayed.iter_pending()] == [
+        (d.key, d.value) for d in live.iter_pending()
+    ]
+    assert replayed.pending == live.pending
+    assert replayed.persisted_offset == live.persisted_offset
+    for timer_id in ids:
+        assert replayed.due_of(timer_id) == live.due_of(timer_id), timer_id
+
+
+ALL_IDS = [f"p0-{i}" for i in range(10)] + [f"p1-{i}" for i in range(6)] + ["x", "y", "z"]
+
+
+def test_replaying_the_changelog_write_by_write_rebuilds_the_live_table(rig, tmp_path):
+    _busy_history(rig)
+    assert rig.table(0).pending > 0 and rig.table(1).pending > 0
+    for partition in (0, 1):
+        writes: dict[int, list[Sent]] = defaultdict(list)
+        for s in rig.changelog(partition):
+            writes[s.flush_no].append(s)
+        replayed = PartitionTimers(tmp_path / f"replayed-{partition}.db")
+        try:
+            _replay(replayed, list(writes.values()))
+            _assert_same_table(rig.table(partition), replayed, ALL_IDS)
+        finally:
+            replayed.close()
+
+
+def test_replaying_the_changelog_in_one_batch_rebuilds_the_live_table(rig, tmp_path):
+    _busy_history(rig)
+    replayed = PartitionTimers(tmp_path / "replayed.db")
+    try:
+        _replay(replayed, [rig.changelog(0)])
+        _assert_same_table(rig.table(0), replayed, ALL_IDS)
+    finally:
+        replayed.close()
+
+
+# -- volume -------------------------------------------------------------------
+
+
+def test_hot_second_fires_every_timer_once_in_bounded_chunks(make_rig):
+    rig = make_rig(fire_chunk_size=1000)
+    n = 5000
+    rig.ingest(*(rig.request(f"h{i:05d}", T_MS - (i * 7919) % 1000) for i in range(n)))
+    assert rig.table(0).pending == n
+
+    rig.tick(T)
+    fired = rig.fired()
+    assert len(fired) == n
+    assert len(set(fired)) == n
+    # Never more than one chunk of callbacks in flight between flushes.
+    per_flush: dict[int, int] = defaultdict(int)
+    for cb in rig.callbacks():
+        per_flush[cb.flush_no] += 1
+    assert max(per_flush.values()) <= 1000
+    assert rig.table(0).pending == 0
+    assert rig.pending_ids() == []
+    assert rig.table(0).watermark == T
+    assert len([s for s in rig.changelog() if s.value is None]) == n
+
+
+def test_timers_stuck_on_a_flaky_topic_do_not_starve_the_rest(make_rig):
+    rig = make_rig(fire_chunk_size=2)
+    rig.producer.fail = lambda topic: transient_error() if topic == "flaky" else None
+    rig.ingest(
+        rig.request("s1", T_MS - 900, topic="flaky"),
+        rig.request("s2", T_MS - 800, topic="flaky"),
+        rig.request("ok", T_MS),
+    )
+    for second in range(T, T + 3):
+        rig.tick(second)
+    assert rig.fired() == ["ok"]
+    assert rig.pending_ids() == ["s1", "s2"]  # still kept for a retry
+    assert rig.table(0).watermark < T
+
+
+class FakeGapReader:
+    """Serves request records back by offset, as the broker would."""
+
+    def __init__(self, records: list[SourceRecord]) -> None:
+        self.records = records
+        self.reads: list[tuple[int, int]] = []
+
+    async def read(self, topic: str, partition: int, start: int, end: int) -> list[SourceRecord]:
+        self.reads.append((start, end))
+        return [r for r in self.records if r.partition == partition and start <= r.offset < end]
+
+
+def test_requests_the_stream_skipped_are_read_back_and_applied_in_order(rig):
+    # Faust can ack records it never delivered (during a rebalance) and read on:
+    # the engine sees the hole in the offsets and reads the missing ones itself.
+    first, skipped_1, skipped_2 = rig.request("a", T_MS), rig.request("b", T_MS + 1), rig.cancel("a")
+    after = rig.request("c", T_MS + 2)
+    gaps = FakeGapReader([first, skipped_1, skipped_2, after])
+    rig.engine = TimerEngine(
+        rig.config,
+        rig.table,
+        KafkaWriter(rig.producer),
+        rig.metrics,
+        clock=lambda: rig.now,
+        owns=lambda partition: partition in rig.owned,
+        gaps=gaps,
+    )
+    rig.ingest(first)
+    rig.ingest(after)
+
+    assert gaps.reads == [(first.offset + 1, after.offset)]
+    assert rig.metrics.requests_read_back._value.get() == 2
+    # Applied in log order: the cancel of "a" came after "a" was scheduled.
+    assert rig.pending_ids() == ["b", "c"]
+    assert rig.table(0).request_offset == after.offset
+    rig.ingest(after)  # and nothing is read back for a record already applied
+    assert gaps.reads == [(first.offset + 1, after.offset)]

@@ -1,0 +1,161 @@
+"""Hostile input at the engine: every record is dead-lettered or applied, and firing goes on.
+
+The parsers' side of it (any bytes give a schedule, a cancel or a reason) is
+fuzzed in tests/ingress/test_fuzz.py; here the records that come out of a
+rejection must be deliverable, bounded and counted, and one bad callback topic
+must not hold the others back.
+"""
+
+from __future__ import annotations
+
+import logging
+
+import pytest
+from confluent_kafka import KafkaError
+
+from ktimers.deadletter import H_ORIGINAL_SIZE, H_TRUNCATED, MAX_DETAIL_CHARS
+from ktimers.wire import H_ELEMENT_COUNT, H_INVALID_COUNT, Future, FutureBatch, TimerEvent
+from tests.worker.rig import T_MS, Rig, T
+
+Kind = TimerEvent.Kind
+
+
+def _size(sent) -> int:
+    return (
+        len(sent.key or b"")
+        + len(sent.value or b"")
+        + sum(len(k.encode()) + len(v or b"") for k, v in sent.headers)
+    )
+
+
+@pytest.mark.parametrize(
+    ("key_size", "cut"),
+    [(10, {"value"}), (200_000, {"key"})],
+    ids=["long value", "long key"],
+)
+def test_an_undecodable_record_near_the_size_limit_is_dead_lettered_cut_down_and_firing_goes_on(
+    rig: Rig, key_size: int, cut: set[str]
+):
+    limit = rig.config.max_record_bytes
+    key = b"k" * key_size
+    garbage = b"\xff" * (limit - key_size - 1100)  # with the dead-letter headers it would not fit
+    headers = (("user-header", b"v" * 1000),)
+    rig.ingest(rig.raw_request(key, garbage, headers), rig.request("ok", T_MS - 10))
+    rig.tick(T)
+
+    assert rig.fired() == ["ok"]
+    (letter,) = rig.dlq()
+    assert letter.header("kt-reason") == b"undecodable"
+    assert _size(letter) <= limit
+    assert set((letter.header(H_TRUNCATED) or b"").decode().split(",")) == cut
+    assert int(letter.header(H_ORIGINAL_SIZE) or 0) == key_size + len(garbage) + len("user-header") + 1000
+    assert (letter.value or b"") == garbage[: len(letter.value or b"")]  # a prefix of what was sent
+    assert (letter.key or b"") == key[: len(letter.key or b"")]
+    assert letter.header("user-header") == b"v" * 1000
+    assert len((letter.header("kt-error") or b"").decode()) <= MAX_DETAIL_CHARS
+
+
+def test_a_record_that_fits_is_dead_lettered_whole(rig: Rig):
+    rig.ingest(rig.raw_request(b"key", b"\xff\xfe not a future", (("trace", b"1"),)))
+    (letter,) = rig.dlq()
+    assert (letter.key, letter.value) == (b"key", b"\xff\xfe not a future")
+    assert letter.header("trace") == b"1"
+    assert letter.header(H_TRUNCATED) is None
+
+
+def test_a_header_key_that_is_not_utf8_is_dead_lettered_as_escaped_text(rig: Rig):
+    # What futures/worker/fetch.py hands on for a header key b"\xff\xfe" (surrogateescape).
+    bad_key = b"\xff\xfe".decode("utf-8", "surrogateescape")
+    rig.ingest(rig.raw_request(b"k", b"\xff garbage", ((bad_key, b"x"),)))
+    (letter,) = rig.dlq()
+    assert ("\\xff\\xfe", b"x") in letter.headers
+
+
+def test_a_timer_over_the_stored_size_limit_is_refused_at_ingest_not_lost_later(make_rig):
+    rig = make_rig(max_payload_bytes=10_000)
+    rig.ingest(rig.request("big", T_MS - 10, payload=b"x" * 9_990), rig.request("small", T_MS - 10))
+    rig.tick(T)
+    assert rig.fired() == ["small"]
+    (letter,) = rig.dlq()
+    assert letter.header("kt-reason") == b"payload-too-large"
+    rejected = rig.events(Kind.REJECTED)
+    assert [e.id for e in rejected] == ["big"]
+    assert [e.id for e in rig.events(Kind.SCHEDULED)] == ["small"]
+
+
+def test_a_callback_topic_being_looked_up_waits_for_the_next_tick_and_holds_back_nobody(rig: Rig):
+    rig.callback_topics.problems["new-topic"] = KafkaError(
+        KafkaError._UNKNOWN_TOPIC, "looking up", retriable=True
+    )
+    rig.ingest(
+        rig.request("a", T_MS - 100), rig.request("b", T_MS - 50, topic="new-topic"), rig.request("c", T_MS)
+    )
+    rig.tick(T)
+    assert rig.fired() == ["a", "c"]
+    assert rig.pending_ids() == ["b"]
+    assert rig.callbacks("new-topic") == []
+
+    del rig.callback_topics.problems["new-topic"]  # the lookup found it
+    rig.tick(T + 1)
+    assert rig.fired("new-topic") == ["b"]
+    assert rig.pending_ids() == []
+    assert rig.dlq() == []
+
+
+def test_a_callback_topic_that_does_not_exist_is_dead_lettered_and_the_rest_fire(rig: Rig):
+    rig.callback_topics.problems["gone"] = KafkaError(
+        KafkaError.UNKNOWN_TOPIC_OR_PART, "topic 'gone' does not exist"
+    )
+    rig.ingest(rig.request("a", T_MS - 100), rig.request("lost", T_MS - 50, topic="gone"))
+    rig.tick(T)
+    assert rig.fired() == ["a"]
+    (letter,) = rig.dlq()
+    assert letter.header("kt-reason") == b"callback-undeliverable"
+    assert b"does not exist" in (letter.header("kt-error") or b"")
+    assert Future.FromString(letter.value or b"").id == "lost"  # resendable as it was
+    assert rig.pending_ids() == []
+
+
+def test_a_flood_of_bad_records_logs_a_few_lines_and_counts_them_all(
+    rig: Rig, caplog: pytest.LogCaptureFixture
+):
+    with caplog.at_level(logging.WARNING, logger="futures.worker.engine"):
+        rig.ingest(*(rig.raw_request(b"k", b"\xff" * 10) for _ in range(500)), rig.request("ok", T_MS))
+    rejections = [r for r in caplog.records if "rejected" in r.getMessage()]
+    assert 1 <= len(rejections) <= 10
+    assert rig.metrics.registry.get_sample_value("timers_rejected_total", {"reason": "undecodable"}) == 500
+    assert len(rig.dlq()) == 500
+    rig.tick(T)
+    assert rig.fired() == ["ok"]
+
+
+def _batch(rig: Rig, futures: list[Future]):
+    value = FutureBatch(futures=futures).SerializeToString()
+    return rig.raw_request(b"batch", value, (("kt-kind", b"batch"),))
+
+
+def test_a_batch_of_many_bad_timers_is_one_dead_letter_and_its_good_timers_fire(rig: Rig, caplog):
+    good = [Future(id=f"g{i}", callBackTopic="orders", callBack=b"x", due_ms=T_MS - 10) for i in range(3)]
+    bad = [Future() for _ in range(50_000)]  # no due_ms, no topic
+    with caplog.at_level(logging.WARNING, logger="futures.worker.engine"):
+        rig.ingest(_batch(rig, [*good[:1], *bad, *good[1:]]))
+    rig.tick(T)
+
+    assert sorted(rig.fired()) == ["g0", "g1", "g2"]
+    (letter,) = rig.dlq()
+    assert letter.header("kt-reason") == b"batch-invalid"
+    assert (letter.header(H_INVALID_COUNT), letter.header(H_ELEMENT_COUNT)) == (b"50000", b"50003")
+    assert b"bad-due-time x50000" in (letter.header("kt-error") or b"")
+    assert letter.value == FutureBatch(futures=[*good[:1], *bad, *good[1:]]).SerializeToString()
+    assert len(rig.events(Kind.REJECTED)) == 1
+    assert len([r for r in caplog.records if "rejected" in r.getMessage()]) == 1
+
+
+def test_a_batch_with_a_few_bad_timers_dead_letters_each_alone(rig: Rig):
+    futures = [Future(id=f"g{i}", callBackTopic="orders", due_ms=T_MS - 10) for i in range(3)]
+    futures += [Future(id=f"b{i}", callBackTopic="orders") for i in range(10)]  # at the bound: one by one
+    rig.ingest(_batch(rig, futures))
+    assert sorted(Future.FromString(d.value or b"").id for d in rig.dlq()) == sorted(
+        f"b{i}" for i in range(10)
+    )
+    assert {d.header("kt-reason") for d in rig.dlq()} == {b"bad-due-time"}

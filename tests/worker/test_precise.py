@@ -1,0 +1,88 @@
+"""Precise mode: on tick s, the timers due by s + 1 go out each at its own millisecond."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+from futures.worker.config import WorkerConfig
+from futures.worker.engine import wall_clock_ms
+from ktimers.config import CommonConfig, KafkaConfig
+from ktimers.wire import TimerEvent
+from tests.worker.rig import Rig
+
+Kind = TimerEvent.Kind
+
+
+class WallClockRig(Rig):
+    """The engine sleeps until due times here, so its clock is the real one."""
+
+    @property  # type: ignore[override]
+    def now(self) -> int:
+        return wall_clock_ms()
+
+    @now.setter
+    def now(self, value: int) -> None:
+        pass
+
+
+async def _sleep_until(ms: int) -> None:
+    await asyncio.sleep(max(ms - wall_clock_ms(), 0) / 1000)
+
+
+def test_timers_go_out_at_their_millisecond_and_a_cancel_still_wins(tmp_path: Path) -> None:
+    rig = WallClockRig(tmp_path, WorkerConfig(common=CommonConfig(kafka=KafkaConfig()), precise=True))
+    engine = rig.engine
+
+    async def scenario() -> None:
+        while wall_clock_ms() % 1000 > 100:  # start early in a second: the window is that second
+            await asyncio.sleep(0.01)
+        s = wall_clock_ms() // 1000
+        base = s * 1000
+        due = {"at-300": base + 300, "at-600": base + 600, "at-900": base + 900, "next": base + 1500}
+        due["cancelled"] = base + 700
+        await engine.ingest([rig.request(i, d) for i, d in due.items()])
+        await engine.advance([rig.tick_record(s)])  # opens the window (s, s + 1]
+
+        await _sleep_until(base + 450)
+        await engine.ingest([rig.cancel("cancelled"), rig.cancel("at-300")])
+
+        await _sleep_until(base + 1020)
+        await engine.advance([rig.tick_record(s + 1)])  # waits for the window, then opens the next
+
+        sent = {cb.header("kt-id").decode(): int(cb.header("kt-fired-ms")) for cb in rig.callbacks()}  # type: ignore[union-attr]
+        assert set(sent) == {"at-300", "at-600", "at-900"}
+        for timer_id, fired_ms in sent.items():
+            assert fired_ms >= due[timer_id], f"{timer_id} early"
+            # Sent at its own millisecond, not at the next tick (that would be up to 700 ms).
+            assert fired_ms - due[timer_id] < 250, f"{timer_id} {fired_ms - due[timer_id]} ms late"
+        assert [e.id for e in rig.events(Kind.CANCELLED)] == ["cancelled"]
+        # "at-300" was already out when its cancel came: a miss, as without precise mode.
+        assert [e.id for e in rig.events(Kind.CANCEL_MISSED)] == ["at-300"]
+        # Deleted after they were sent; the next second's timer is pending (and now held).
+        assert rig.pending_ids() == ["next"]
+        assert rig.table(0).pending == 1
+        assert rig.table(0).watermark == s + 1
+
+    try:
+        asyncio.run(scenario())
+    finally:
+        rig.close()
+
+
+def test_without_precise_mode_timers_wait_for_the_tick(tmp_path: Path) -> None:
+    rig = WallClockRig(tmp_path, WorkerConfig(common=CommonConfig(kafka=KafkaConfig())))
+
+    async def scenario() -> None:
+        s = wall_clock_ms() // 1000
+        await rig.engine.ingest([rig.request("soon", s * 1000 + 999)])
+        await rig.engine.advance([rig.tick_record(s)])
+        await asyncio.sleep(1.1)
+        assert rig.callbacks() == []
+        await rig.engine.advance([rig.tick_record(s + 1)])
+        assert [cb.header("kt-id") for cb in rig.callbacks()] == [b"soon"]
+
+    try:
+        asyncio.run(scenario())
+    finally:
+        rig.close()

@@ -1,0 +1,195 @@
+"""The per-partition timer table: counts, the id index, range scans, replay and restarts."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from futures.worker.table import PartitionTimers, Record, progress_record, table_key
+
+T = 1_795_000_000  # an epoch second in 2026
+T_MS = T * 1000
+
+
+@pytest.fixture
+def table(tmp_path: Path) -> Iterator[PartitionTimers]:
+    t = PartitionTimers(tmp_path / "live.db")
+    yield t
+    t.close()
+
+
+def put(due_ms: int, timer_id: str, value: bytes | None = None) -> Record:
+    return table_key(due_ms, timer_id), value if value is not None else f"{timer_id}@{due_ms}".encode()
+
+
+def tomb(due_ms: int, timer_id: str) -> Record:
+    return table_key(due_ms, timer_id), None
+
+
+def state(t: PartitionTimers) -> tuple[int, int, list[tuple[int, str, bytes]]]:
+    return t.pending, t.watermark, [(d.due_ms, d.timer_id, d.value) for d in t.iter_pending()]
+
+
+# A live history, one commit per entry: (records, pending_delta as the engine computes it).
+# schedule a,b,c,d → reschedule b later and c earlier → cancel d → fire what is due by T+2
+# → schedule e → replace e in place (same due, new payload) → watermark T+5.
+HISTORY: list[tuple[list[Record], int]] = [
+    (
+        [
+            put(T_MS + 1000, "a"),
+            put(T_MS + 2000, "b"),
+            put(T_MS + 9000, "c"),
+            put(T_MS + 4000, "d"),
+            progress_record(T, -1),
+        ],
+        4,
+    ),
+    ([tomb(T_MS + 2000, "b"), put(T_MS + 7000, "b"), progress_record(T, -1)], 0),
+    ([tomb(T_MS + 9000, "c"), put(T_MS + 1500, "c"), progress_record(T, -1)], 0),
+    ([tomb(T_MS + 4000, "d"), progress_record(T, -1)], -1),
+    ([tomb(T_MS + 1000, "a"), tomb(T_MS + 1500, "c"), progress_record(T + 2, -1)], -2),
+    ([put(T_MS + 3000, "e"), progress_record(T + 2, -1)], 1),
+    ([put(T_MS + 3000, "e", b"e-v2"), progress_record(T + 5, -1)], 0),
+]
+EXPECTED_PENDING = [(T_MS + 3000, "e", b"e-v2"), (T_MS + 7000, "b", f"b@{T_MS + 7000}".encode())]
+
+
+def run_live(t: PartitionTimers) -> None:
+    for offset, (records, delta) in enumerate(HISTORY):
+        t.apply(records, offset=offset, pending_delta=delta)
+
+
+def test_put_replace_and_delete_keep_pending_and_index_exact(table):
+    table.apply([put(T_MS + 1000, "a"), put(T_MS + 2000, "b")], offset=0, pending_delta=2)
+    assert table.pending == 2
+    assert table.due_of("a") == T_MS + 1000
+    assert table.get(T_MS + 2000, "b") == f"b@{T_MS + 2000}".encode()
+
+    # Replace in place (same due time): still one timer, new value.
+    table.apply([put(T_MS + 1000, "a", b"a-v2")], offset=1, pending_delta=0)
+    assert table.pending == 2
+    assert table.get(T_MS + 1000, "a") == b"a-v2"
+
+    # Reschedule: the old key goes, the index follows the new one.
+    table.apply([tomb(T_MS + 1000, "a"), put(T_MS + 5000, "a", b"a-v3")], offset=2, pending_delta=0)
+    assert table.due_of("a") == T_MS + 5000
+    assert table.get(T_MS + 1000, "a") is None
+    assert table.pending == 2
+
+    table.apply([tomb(T_MS + 2000, "b")], offset=3, pending_delta=-1)
+    assert table.pending == 1
+    assert table.due_of("b") is None
+    assert [(d.due_ms, d.timer_id, d.value) for d in table.iter_pending()] == [(T_MS + 5000, "a", b"a-v3")]
+
+
+def test_replayed_records_count_only_real_changes(table):
+    # Replay (pending_delta=None) may see a put of a key it already holds, or a
+    # tombstone of one it never had (compacted changelog): neither changes the count.
+    table.apply([put(T_MS, "a")], offset=0)
+    table.apply([put(T_MS, "a", b"again")], offset=1)
+    table.apply([tomb(T_MS + 1, "never-there")], offset=2)
+    assert table.pending == 1
+    table.apply([tomb(T_MS, "a")], offset=3)
+    table.apply([tomb(T_MS, "a")], offset=4)
+    assert table.pending == 0
+
+
+def test_due_by_returns_exactly_the_due_timers_in_due_order(table):
+    # Due times whose byte patterns differ in every position: big-endian keys
+    # must still sort numerically, and ids must not disturb the order.
+    dues = {"z": 1, "y": 255, "x": 256, "w": 65_536, "v": 2**32, "u": T_MS, "t": T_MS + 1, "s": T_MS + 999}
+    table.apply([put(due, tid) for tid, due in dues.items()], offset=0, pending_delta=len(dues))
+
+    found = table.due_by(T_MS, 100)
+    assert [(d.due_ms, d.timer_id) for d in found] == [
+        (1, "z"),
+        (255, "y"),
+        (256, "x"),
+        (65_536, "w"),
+        (2**32, "v"),
+        (T_MS, "u"),
+    ]
+    assert found[0].key == table_key(1, "z")
+    assert found[0].value == b"z@1"
+
+    # The limit is inclusive to the millisecond.
+    assert [d.timer_id for d in table.due_by(T_MS + 1, 100)][-2:] == ["u", "t"]
+    assert [d.timer_id for d in table.due_by(T_MS - 1, 100)][-1] == "v"
+    # ...and n caps the answer, earliest first.
+    assert [d.timer_id for d in table.due_by(T_MS + 999, 3)] == ["z", "y", "x"]
+    assert table.due_by(0, 10) == []
+
+
+def test_due_by_orders_same_due_time_by_id_and_skips_fired_seconds(table):
+    table.apply(
+        [put(T_MS + 1000, "b"), put(T_MS + 1000, "a"), put(T_MS + 2000, "c")], offset=0, pending_delta=3
+    )
+    assert [d.timer_id for d in table.due_by(T_MS + 1000, 10)] == ["a", "b"]
+    # Firing second T+1 deletes its timers and moves the watermark; the next scan
+    # sees only what is left.
+    table.apply([tomb(T_MS + 1000, "a"), tomb(T_MS + 1000, "b"), progress_record(T + 1, -1)], 1, -2)
+    assert [d.timer_id for d in table.due_by(T_MS + 2000, 10)] == ["c"]
+
+
+def test_watermark_never_moves_backwards(table):
+    table.apply([progress_record(T + 10, -1)], offset=0)
+    table.apply([progress_record(T + 3, -1)], offset=1)
+    assert table.watermark == T + 10
+
+
+def test_replay_one_commit_at_a_time_rebuilds_the_live_table(table, tmp_path):
+    run_live(table)
+    assert state(table) == (2, T + 5, EXPECTED_PENDING)
+
+    replayed = PartitionTimers(tmp_path / "replayed.db")
+    for offset, (records, _) in enumerate(HISTORY):
+        replayed.apply(records, offset=offset, pending_delta=None)
+    try:
+        assert state(replayed) == state(table)
+        for tid in "abcde":
+            assert replayed.due_of(tid) == table.due_of(tid), tid
+        assert replayed.persisted_offset == table.persisted_offset == len(HISTORY) - 1
+    finally:
+        replayed.close()
+
+
+def test_replay_in_one_batch_rebuilds_the_live_table(table, tmp_path):
+    run_live(table)
+    replayed = PartitionTimers(tmp_path / "replayed.db")
+    try:
+        replayed.apply([r for records, _ in HISTORY for r in records], offset=len(HISTORY) - 1)
+        # The timers themselves are right...
+        assert state(replayed)[1:] == state(table)[1:]
+        # ...and so must be the count that the pending gauge and the table size report.
+        assert replayed.pending == table.pending == 2
+    finally:
+        replayed.close()
+
+
+def test_state_survives_close_and_reopen(tmp_path):
+    path = tmp_path / "p0.db"
+    first = PartitionTimers(path)
+    assert (first.pending, first.watermark, first.persisted_offset) == (0, -1, None)
+    run_live(first)
+    before = state(first)
+    first.close()
+
+    reopened = PartitionTimers(path)
+    try:
+        assert state(reopened) == before
+        assert reopened.persisted_offset == len(HISTORY) - 1
+        assert reopened.due_of("b") == T_MS + 7000
+        assert reopened.due_of("a") is None
+        # A write without an offset keeps the recorded one.
+        reopened.apply([progress_record(T + 6, -1)], offset=None)
+        assert reopened.persisted_offset == len(HISTORY) - 1
+        reopened.set_persisted_offset(42)
+    finally:
+        reopened.close()
+    again = PartitionTimers(path)
+    try:
+        assert (again.persisted_offset, again.watermark, again.pending) == (42, T + 6, 2)
+    finally:
+        again.close()

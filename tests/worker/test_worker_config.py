@@ -1,0 +1,102 @@
+"""WorkerConfig.from_env: every TIMERS_* setting, and errors that name the setting."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from futures.worker.config import LatePolicy, WorkerConfig
+from ktimers.config import BrokerProfile
+from ktimers.errors import ConfigError
+
+FULL_ENV = {
+    "KAFKA_BOOTSTRAP_SERVERS": "kafka-1:9092,kafka-2:9092",
+    "TIMERS_BROKER_PROFILE": "embedded",
+    "TIMERS_TOPIC_OSCILLATOR": "shop-osc",
+    "TIMERS_TOPIC_REQUEST": "shop-req",
+    "TIMERS_TOPIC_EVENTS": "shop-events",
+    "TIMERS_TOPIC_DLQ": "shop-dlq",
+    "TIMERS_PARTITIONS": "12",
+    "TIMERS_APP_ID": "shop-timers",
+    "TIMERS_DATA_DIR": "/var/lib/timers",
+    "TIMERS_WEB_HOST": "10.1.2.3",
+    "TIMERS_WEB_PORT": "7070",
+    "TIMERS_LATE_POLICY": "DLQ",
+    "TIMERS_MAX_LATENESS_S": "90.5",
+    "TIMERS_CLOCK_TOLERANCE_MS": "250",
+    "TIMERS_ALLOWED_CALLBACK_TOPICS": " orders.* , ,billing-? ,",
+    "TIMERS_MAX_PAYLOAD_BYTES": "4096",
+    "TIMERS_MAX_DUE_AHEAD_S": "86400",
+    "TIMERS_INGEST_BATCH_SIZE": "500",
+    "TIMERS_INGEST_BATCH_WITHIN_S": "0.2",
+    "TIMERS_FIRE_CHUNK_SIZE": "3000",
+}
+
+
+def test_every_setting_is_read_from_the_environment():
+    config = WorkerConfig.from_env(FULL_ENV)
+    assert config.app_id == "shop-timers"
+    assert config.changelog_topic == "shop-timers-timers-changelog"
+    assert config.data_dir == Path("/var/lib/timers")
+    assert (config.web_host, config.web_port) == ("10.1.2.3", 7070)
+    assert config.late_policy is LatePolicy.DLQ
+    assert config.max_lateness_s == 90.5
+    assert config.clock_tolerance_ms == 250
+    assert config.allowed_callback_topics == ("orders.*", "billing-?")
+    assert config.max_payload_bytes == 4096
+    assert config.max_due_ahead_s == 86400.0
+    assert config.ingest_batch_size == 500
+    assert config.ingest_batch_within_s == 0.2
+    assert config.fire_chunk_size == 3000
+    common = config.common
+    assert common.kafka.bootstrap_servers == "kafka-1:9092,kafka-2:9092"
+    assert common.kafka.profile is BrokerProfile.EMBEDDED
+    assert (common.topics.oscillator, common.topics.request) == ("shop-osc", "shop-req")
+    assert (common.topics.events, common.topics.dlq, common.topics.partitions) == (
+        "shop-events",
+        "shop-dlq",
+        12,
+    )
+
+
+def test_empty_environment_gives_the_documented_defaults():
+    # The data dir is made absolute (Faust would nest a relative one under its own).
+    assert WorkerConfig.from_env({}) == WorkerConfig(data_dir=Path("data").resolve())
+    # Empty values mean "unset", as a Helm chart renders an empty value.
+    blanks = {name: "" for name in FULL_ENV}
+    assert WorkerConfig.from_env(blanks) == WorkerConfig(data_dir=Path("data").resolve())
+
+
+@pytest.mark.parametrize("value", ["fire", "FIRE", "Drop", "dlq"])
+def test_late_policy_is_case_insensitive(value):
+    assert WorkerConfig.from_env({"TIMERS_LATE_POLICY": value}).late_policy is LatePolicy(value.lower())
+
+
+@pytest.mark.parametrize(
+    ("name", "value"),
+    [
+        ("TIMERS_APP_ID", "my timers"),
+        ("TIMERS_APP_ID", "timers/eu"),
+        ("TIMERS_WEB_PORT", "http"),
+        ("TIMERS_LATE_POLICY", "later"),
+        ("TIMERS_MAX_LATENESS_S", "1h"),
+        ("TIMERS_CLOCK_TOLERANCE_MS", "0.5"),
+        ("TIMERS_CLOCK_TOLERANCE_MS", "-1"),
+        ("TIMERS_MAX_PAYLOAD_BYTES", "1MB"),
+        ("TIMERS_MAX_PAYLOAD_BYTES", "0"),
+        ("TIMERS_MAX_DUE_AHEAD_S", "a day"),
+        ("TIMERS_INGEST_BATCH_SIZE", "0"),
+        ("TIMERS_INGEST_BATCH_SIZE", "many"),
+        ("TIMERS_INGEST_BATCH_WITHIN_S", "50ms"),
+        ("TIMERS_FIRE_CHUNK_SIZE", "0"),
+        ("TIMERS_FIRE_CHUNK_SIZE", "-5"),
+        ("TIMERS_PARTITIONS", "0"),
+        ("TIMERS_BROKER_PROFILE", "tansu"),
+        ("TIMERS_MAX_DUE_AHEAD_S", "-1"),
+        ("TIMERS_WEB_PORT", "70000"),
+    ],
+)
+def test_invalid_setting_is_a_config_error_naming_it(name, value):
+    with pytest.raises(ConfigError, match=name):
+        WorkerConfig.from_env({name: value})
