@@ -12,7 +12,7 @@ SHELL := bash
 .DEFAULT_GOAL := help
 .DELETE_ON_ERROR:
 
-.PHONY: help venv install constraints proto lint test run topics clean distclean redis bench bench-full
+.PHONY: help venv install constraints proto lint test run broker topics clean distclean redis bench bench-full
 .PHONY: java compact replay report
 .PHONY: helm-lint promtool
 .PHONY: browser
@@ -90,6 +90,9 @@ promtool: ## install Debian's prometheus package for promtool (checks the chart'
 	@command -v promtool >/dev/null || { \
 		SUDO=$$(test "$$(id -u)" = 0 || echo sudo); \
 		$$SUDO apt-get update -qq && $$SUDO apt-get install -y -qq --no-install-recommends prometheus; }
+
+broker: $(STAMP) ## only the embedded broker on 127.0.0.1:9092 (ARGS='--port 0' for any free port); Ctrl-C stops it
+	$(BIN)/timers broker $(ARGS)
 
 topics: $(STAMP) ## create the service's topics on KAFKA_BOOTSTRAP_SERVERS (then check the layout)
 	@test -n "$${KAFKA_BOOTSTRAP_SERVERS:-}" || \

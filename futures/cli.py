@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import os
 import sys
 import time
 import uuid
@@ -25,6 +26,7 @@ from futures.client import TimerClient
 from futures.durations import DURATION_HELP, INSTANT_HELP, parse_duration, parse_instant
 from ktimers.config import CommonConfig
 from ktimers.errors import DeliveryError, TimersError
+from ktimers.shutdown import StopFlag
 from ktimers.topics import create_topics, verify_topics
 from ktimers.wire import H_DUE_MS, H_FIRED_MS, KafkaHeaders, header_value, message_headers, text_or_repr
 
@@ -72,6 +74,16 @@ def _header(text: str) -> tuple[str, str]:
     if not sep or not name:
         raise argparse.ArgumentTypeError(f"header {text!r}: expected NAME=VALUE")
     return name, value
+
+
+def _port(text: str) -> int:
+    try:
+        port = int(text)
+    except ValueError:
+        port = -1
+    if not 0 <= port <= 65535:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a port number (0 to 65535)")
+    return port
 
 
 def _positive_int(text: str) -> int:
@@ -130,6 +142,16 @@ def build_parser() -> argparse.ArgumentParser:
     create.set_defaults(run=_topics_create)
     check = topic_commands.add_parser("check", help="check the topics exist and are co-partitioned")
     check.set_defaults(run=_topics_check)
+
+    broker = commands.add_parser(
+        "broker",
+        help="run only the embedded broker (Tansu, memory only: for trying things out); Ctrl-C stops it",
+    )
+    broker.add_argument(
+        "--port", type=_port, default=9092, help="port on 127.0.0.1 (default 9092; 0: any free port)"
+    )
+    broker.add_argument("--no-topics", action="store_true", help="do not create the service's topics")
+    broker.set_defaults(run=_broker)
     return parser
 
 
@@ -399,6 +421,33 @@ def _topics_check(args: argparse.Namespace) -> int:
     partitions = verify_topics(common, admin=_probe(common))
     print(f"ok: {', '.join(_service_topics(common))} exist with {partitions} partitions each")
     return 0
+
+
+def _broker(args: argparse.Namespace) -> int:
+    # Imported here: the embedded broker is the `embedded` extra, not the client's install.
+    from ktimers.broker import start_broker
+
+    stop = StopFlag()
+    stop.install()
+    broker = start_broker(port=args.port or None)
+    try:
+        env = broker.env()
+        print(f"embedded broker (Tansu, memory only) listening on {broker.bootstrap_servers}")
+        if not args.no_topics:
+            common = CommonConfig.from_env({**os.environ, **env})
+            create_topics(common)
+            print(f"topics: {', '.join(_service_topics(common))}")
+        print("point clients and services at it (paste in another shell):")
+        print("  export " + " ".join(f"{name}={value}" for name, value in env.items()))
+        print("Ctrl-C stops it; everything it holds is lost.", flush=True)
+        while not stop.requested:
+            if broker.process.poll() is not None:
+                raise TimersError(f"the embedded broker exited with status {broker.process.returncode}")
+            time.sleep(0.2)
+        print(f"stopping ({stop.reason})", flush=True)
+        return 0
+    finally:
+        broker.stop()
 
 
 def _service_topics(common: CommonConfig) -> list[str]:

