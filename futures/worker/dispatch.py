@@ -22,7 +22,7 @@ from futures.ingress.requests import seed_id
 from futures.worker.destinations import TopicDirectory
 from futures.worker.kafka import Deliveries, KafkaWriter, is_permanent
 from futures.worker.metrics import WorkerMetrics
-from futures.worker.status import WorkerStatus
+from futures.worker.status import Firing, WorkerStatus
 from ktimers.config import TopicsConfig
 from ktimers.deadletter import dead_letter, short
 from ktimers.logs import ThrottledLog
@@ -110,20 +110,16 @@ class Dispatcher:
     ) -> FireOutcome:
         """Count, record and dead-letter by delivery report; say which timers to delete."""
         done, transient = [], []
-        delivered = 0
+        firings: list[Firing] = []
         errors = deliveries.errors
-        observe_lateness = self._metrics.lateness.observe
         now = self._clock()
         for i, (partition, timer) in enumerate(timers):
             err = errors.get(i) if errors else None
             future = timer.future
-            fired_ms = fired[i]
             if err is None:
                 done.append(i)
-                delivered += 1
-                observe_lateness(max(fired_ms - future.due_ms, 0) / 1000)
-                self._status.fired(future.id, partition, future.due_ms, fired_ms)
-                # What _event does, inlined: this runs once per fired timer.
+                firings.append(Firing(future.id, partition, future.due_ms, fired[i]))
+                # What event() does, inlined: this runs once per fired timer.
                 event = TimerEvent(
                     id=future.id,
                     kind=_FIRED,
@@ -146,7 +142,10 @@ class Dispatcher:
                     future.callBackTopic,
                     err.str(),
                 )
-        self._metrics.fired.inc(delivered)
+        # Metrics and status once per chunk, not per timer.
+        self._metrics.fired.inc(len(firings))
+        self._metrics.lateness.observe_many([f.lateness_ms / 1000 for f in firings])
+        self._status.fired_many(firings)
         return FireOutcome(done, transient)
 
     # -- events and dead letters -----------------------------------------------

@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Mapping
+import threading
+from bisect import bisect_left
+from collections.abc import Callable, Iterable, Iterator, Mapping
 
-from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
-from prometheus_client.core import GaugeMetricFamily, Metric
+from prometheus_client import CollectorRegistry, Counter, generate_latest
+from prometheus_client.core import GaugeMetricFamily, HistogramMetricFamily, Metric
 from prometheus_client.registry import Collector
+from prometheus_client.utils import floatToGoString
 
 from futures.worker.table import PartitionTimers
 
@@ -45,8 +48,8 @@ class WorkerMetrics:
         self.rejected = Counter(
             "timers_rejected_total", "Requests or callbacks dead-lettered or dropped", ["reason"], registry=r
         )
-        self.lateness = Histogram(
-            "timers_fire_lateness_seconds", "Fire time minus due time", buckets=LATENESS_BUCKETS, registry=r
+        self.lateness = ChunkHistogram(
+            "timers_fire_lateness_seconds", "Fire time minus due time", LATENESS_BUCKETS, registry=r
         )
         self.requests_skipped = Counter(
             "timers_requests_skipped_total",
@@ -76,6 +79,50 @@ class WorkerMetrics:
 
     def render(self) -> bytes:
         return generate_latest(self.registry)
+
+
+class ChunkHistogram(Collector):
+    """A Prometheus histogram that takes a whole chunk of observations in one call.
+
+    ``prometheus_client.Histogram.observe`` costs ~8 µs (a lock and two counter
+    updates per value); the fire path observes every fired timer's lateness, so a
+    chunk is counted locally and merged once. Exposed exactly as a ``Histogram``
+    with the same buckets (``_bucket{le}``, ``_sum``, ``_count``).
+    """
+
+    def __init__(
+        self, name: str, documentation: str, buckets: Iterable[float], *, registry: CollectorRegistry
+    ) -> None:
+        self._name = name
+        self._documentation = documentation
+        self._bounds = sorted(buckets)
+        self._counts = [0] * (len(self._bounds) + 1)  # the last one is +Inf
+        self._sum = 0.0
+        self._lock = threading.Lock()  # observed on the event loop, collected by any scraper
+        registry.register(self)
+
+    def observe(self, value: float) -> None:
+        self.observe_many((value,))
+
+    def observe_many(self, values: Iterable[float]) -> None:
+        counts = [0] * len(self._counts)
+        bounds = self._bounds
+        total = 0.0
+        for value in values:
+            counts[bisect_left(bounds, value)] += 1  # le: value <= bound
+            total += value
+        with self._lock:
+            self._counts = [a + b for a, b in zip(self._counts, counts, strict=True)]
+            self._sum += total
+
+    def collect(self) -> Iterator[Metric]:
+        with self._lock:
+            counts, total = list(self._counts), self._sum
+        cumulative, buckets = 0, []
+        for bound, count in zip([*self._bounds, float("inf")], counts, strict=True):
+            cumulative += count
+            buckets.append((floatToGoString(bound), cumulative))
+        yield HistogramMetricFamily(self._name, self._documentation, buckets=buckets, sum_value=total)
 
 
 class _TableCollector(Collector):

@@ -124,14 +124,19 @@ class WorkerStatus:
 
     def fired(self, timer_id: str, partition: int, due_ms: int, fired_ms: int) -> None:
         """The callback of a timer was acknowledged by the broker."""
-        firing = Firing(timer_id, partition, due_ms, fired_ms)
-        self._firings.append(firing)
-        self._lateness.append(firing.lateness_ms)
-        second = fired_ms // 1000
-        if self._per_second and self._per_second[-1][0] == second:
-            self._per_second[-1][1] += 1
-        else:
-            self._per_second.append([second, 1])
+        self.fired_many([Firing(timer_id, partition, due_ms, fired_ms)])
+
+    def fired_many(self, firings: list[Firing]) -> None:
+        """Callbacks acknowledged by the broker, in firing order (a chunk: only its tail is kept)."""
+        self._firings.extend(firings[-(self._firings.maxlen or len(firings)) :])
+        self._lateness.extend(f.lateness_ms for f in firings[-(self._lateness.maxlen or len(firings)) :])
+        per_second = self._per_second
+        for firing in firings:
+            second = firing.fired_ms // 1000
+            if per_second and per_second[-1][0] == second:
+                per_second[-1][1] += 1
+            else:
+                per_second.append([second, 1])
 
     def dead_letter(self, reason: str) -> None:
         """A record was written to the dead-letter topic with this reason code."""

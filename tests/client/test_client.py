@@ -20,7 +20,7 @@ from confluent_kafka import KafkaError, KafkaException
 from futures.client import AsyncTimerClient, TimerClient, TimerHandle
 from ktimers.config import CommonConfig, TopicsConfig
 from ktimers.errors import DeliveryError, TimersError
-from ktimers.wire import KIND_CANCEL, KIND_FUTURE, KIND_HEADER, Cancel, Future
+from ktimers.wire import KIND_CANCEL, KIND_FUTURE, KIND_HEADER, MAX_ID_BYTES, Cancel, Future
 
 REPO = Path(__file__).resolve().parents[2]
 COMMON = CommonConfig(topics=TopicsConfig(request="req-topic"))
@@ -183,12 +183,20 @@ def test_real_clock_due_time_is_bounded_by_the_call(producer):
         ({"delay": 1, "headers": {"kt-token": b"forged"}}, "reserved"),
         ({"delay": 1, "id": ""}, "id must be a non-empty str"),
         ({"delay": 1, "token": ""}, "token must be a non-empty str"),
+        # The worker would dead-letter it (invalid-id): one limit, MAX_ID_BYTES, on both sides.
+        ({"delay": 1, "id": "é" * 257}, "longer than 512 bytes"),
     ],
 )
 def test_invalid_schedule_arguments_are_refused_before_producing(client, producer, kwargs, message):
     with pytest.raises(ValueError, match=message):
         client.schedule("orders", "k", "v", **kwargs)
     assert producer.records == []
+
+
+def test_the_longest_id_the_worker_accepts_is_accepted(client, producer):
+    handle = client.schedule("orders", "k", "v", delay=1, id="i" * MAX_ID_BYTES)
+    assert len(handle.record_key) == MAX_ID_BYTES
+    assert len(producer.records) == 1
 
 
 def test_callback_to_the_services_own_topic_is_refused(client, producer):
