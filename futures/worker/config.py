@@ -58,10 +58,9 @@ class WorkerConfig:
     max_payload_bytes: int = 1_000_000
     #: Reject timers due further ahead than this (seconds); 0 = no limit.
     max_due_ahead_s: float = 0.0
-    #: Requests are ingested in batches of up to this many records...
+    #: Request records per engine step: a fetched batch is ingested in pieces of
+    #: this many, each made durable before the next (ticks of the fetch go first).
     ingest_batch_size: int = 2000
-    #: ...or whatever arrived within this many seconds.
-    ingest_batch_within_s: float = 0.05
     #: Timers dispatched per produce/flush round when a second is due.
     fire_chunk_size: int = 20_000
     #: Precise mode: on tick s, also take the timers due by s + 1 and send each
@@ -96,7 +95,6 @@ class WorkerConfig:
             max_payload_bytes=env_int(env, "TIMERS_MAX_PAYLOAD_BYTES", cls.max_payload_bytes),
             max_due_ahead_s=env_float(env, "TIMERS_MAX_DUE_AHEAD_S", cls.max_due_ahead_s),
             ingest_batch_size=env_int(env, "TIMERS_INGEST_BATCH_SIZE", cls.ingest_batch_size),
-            ingest_batch_within_s=env_float(env, "TIMERS_INGEST_BATCH_WITHIN_S", cls.ingest_batch_within_s),
             fire_chunk_size=env_int(env, "TIMERS_FIRE_CHUNK_SIZE", cls.fire_chunk_size),
             precise=env_bool(env, "TIMERS_PRECISE", cls.precise),
             admin_token=Secret(token) if (token := env.get("TIMERS_ADMIN_TOKEN", "").strip()) else None,

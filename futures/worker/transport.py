@@ -14,6 +14,17 @@
    arrives, so that costs nothing there; Tansu waits out the full time, which
    delayed ticks — and so timers — by up to 1.5 s.
 
+3. **Fetched batches go to the engine whole.** Faust hands a stream one event
+   at a time (~100 µs each, ../shared/STACK.md: a 6-10 k/s ceiling). The
+   worker's own topics — ticks and requests — do not take that path: each
+   fetched batch becomes :class:`SourceRecord` lists for ``TimerEngine.advance``
+   (ticks first, so firing never waits behind the requests of the same fetch)
+   and ``TimerEngine.ingest`` (in chunks of ``TIMERS_INGEST_BATCH_SIZE``), and
+   their offsets are acked in Faust's books once the engine made them durable,
+   so Faust's periodic commit goes on as for any stream. Faust keeps group
+   membership, co-partitioned assignment and changelog recovery (changelog
+   records still take its path).
+
 Registered as ``faust.transports`` entry points: ``timers://`` (any Kafka) and
 ``tansu://`` (the embedded broker profile).
 """
@@ -21,15 +32,59 @@ Registered as ``faust.transports`` entry points: ``timers://`` (any Kafka) and
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
+import weakref
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
+import faust
 from faust.transport.drivers import aiokafka as faust_aiokafka
-from faust.types import TP
+from faust.types import TP, Message
 
+from futures.ingress.records import SourceRecord
 from futures.worker.store import TimerStore
 
 log = logging.getLogger(__name__)
+
+Apply = Callable[[Sequence[SourceRecord]], Awaitable[None]]
+
+
+@dataclass(frozen=True)
+class BulkRoute:
+    """Where the fetched records of the worker's own topics go (see the module docstring, 3)."""
+
+    ticks_topic: str
+    request_topics: frozenset[str]
+    advance: Apply
+    ingest: Apply
+    #: Requests per ``ingest`` call (``TIMERS_INGEST_BATCH_SIZE``).
+    batch_size: int
+
+
+_routes: weakref.WeakKeyDictionary[Any, BulkRoute] = weakref.WeakKeyDictionary()  # faust.App -> route
+
+
+def route_in_bulk(app: faust.App, route: BulkRoute) -> None:
+    """Send ``app``'s fetched ticks and requests to ``route`` instead of Faust's streams."""
+    _routes[app] = route
+
+
+def _records(batches: Iterable[tuple[TP, list[Any]]]) -> list[SourceRecord]:
+    """aiokafka's ConsumerRecords as SourceRecords (timestamps in epoch ms, as Kafka keeps them)."""
+    return [
+        SourceRecord(
+            r.topic,
+            r.partition,
+            r.offset,
+            r.key,
+            r.value,
+            tuple(r.headers or ()),
+            -1 if r.timestamp is None else r.timestamp,
+        )
+        for _, batch in batches
+        for r in batch
+    ]
+
 
 #: How long the embedded broker may hold a fetch with no new data (ms).
 EMBEDDED_FETCH_MAX_WAIT_MS = 100
@@ -51,6 +106,80 @@ class TimerConsumer(faust_aiokafka.Consumer):
                     await self.seek(tp, offset)
                 positions[tp] = offset
         return positions
+
+    async def getmany(self, timeout: float) -> AsyncIterator[tuple[TP, Message]]:
+        route = _routes.get(self.app)
+        if route is None:  # an app without an engine (tools, tests of the store): plain Faust
+            async for item in super().getmany(timeout):
+                yield item
+            return
+        records, active = await self._wait_next_records(timeout)
+        if records is None or self.should_stop:
+            return
+        if not self.flow_active:  # as Faust does: a rebalance is on, positions are reset
+            try:
+                await self.perform_seek()
+            except Exception as exc:  # noqa: BLE001 - Faust's own handling: logged, retried
+                log.warning("exception performing seek when flow not active: %r", exc)
+            return
+        generation = self.app.consumer_generation_id
+        ticks, requests, rest = [], [], {}
+        for tp, batch in records.items():
+            if not batch or not (active is None or tp in active or tp in self._buffered_partitions):
+                continue
+            if tp.topic == route.ticks_topic:
+                ticks.append((tp, batch))
+            elif tp.topic in route.request_topics:
+                requests.append((tp, batch))
+            else:
+                rest[tp] = batch
+        if ticks:
+            await self._apply(route.advance, ticks, generation)
+        for chunk in _chunks(requests, route.batch_size):
+            await self._apply(route.ingest, chunk, generation)
+        # Anything else (table changelogs while recovering) takes Faust's path.
+        for tp, record in self.scheduler.iterate(rest):
+            yield tp, self._to_message(tp, record)
+
+    async def _apply(self, apply: Apply, batches: list[tuple[TP, list[Any]]], generation: int) -> None:
+        if self.app.consumer_generation_id != generation:
+            return  # fetched before a rebalance: not acked, so read again by whoever owns them now
+        try:
+            await apply(_records(batches))
+        except Exception as exc:
+            # Nothing of the batch was acked; stop the worker so it restarts and
+            # reads the batch again, instead of skipping it.
+            log.critical("applying fetched records failed, stopping the worker: %r", exc, exc_info=True)
+            await self.app.crash(exc)
+            raise
+        for tp, batch in batches:
+            self._ack_offsets(tp, [r.offset for r in batch])
+
+    def _ack_offsets(self, tp: TP, offsets: list[int]) -> None:
+        """What ``Consumer.ack`` does for each message, for a batch applied without Message objects."""
+        committed = self._committed_offset[tp]
+        index = self._acked_index[tp]
+        new = [o for o in offsets if (committed is None or o >= committed) and o not in index]
+        index.update(new)
+        self._acked[tp].extend(new)
+        self._n_acked += len(new)
+        self._read_offset[tp] = offsets[-1]
+
+
+def _chunks(batches: list[tuple[TP, list[Any]]], size: int) -> Iterable[list[tuple[TP, list[Any]]]]:
+    """Consecutive pieces of about ``size`` records (a partition's records stay in order)."""
+    chunk: list[tuple[TP, list[Any]]] = []
+    count = 0
+    for tp, batch in batches:
+        for start in range(0, len(batch), size):
+            piece = batch[start : start + size]
+            chunk.append((tp, piece))
+            count += len(piece)
+            if count >= size:
+                yield chunk
+                chunk, count = [], 0
+    if chunk:
+        yield chunk
 
 
 class TimerTransport(faust_aiokafka.Transport):

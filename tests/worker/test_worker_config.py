@@ -29,7 +29,6 @@ FULL_ENV = {
     "TIMERS_MAX_PAYLOAD_BYTES": "4096",
     "TIMERS_MAX_DUE_AHEAD_S": "86400",
     "TIMERS_INGEST_BATCH_SIZE": "500",
-    "TIMERS_INGEST_BATCH_WITHIN_S": "0.2",
     "TIMERS_FIRE_CHUNK_SIZE": "3000",
 }
 
@@ -47,7 +46,6 @@ def test_every_setting_is_read_from_the_environment():
     assert config.max_payload_bytes == 4096
     assert config.max_due_ahead_s == 86400.0
     assert config.ingest_batch_size == 500
-    assert config.ingest_batch_within_s == 0.2
     assert config.fire_chunk_size == 3000
     common = config.common
     assert common.kafka.bootstrap_servers == "kafka-1:9092,kafka-2:9092"
@@ -88,7 +86,6 @@ def test_late_policy_is_case_insensitive(value):
         ("TIMERS_MAX_DUE_AHEAD_S", "a day"),
         ("TIMERS_INGEST_BATCH_SIZE", "0"),
         ("TIMERS_INGEST_BATCH_SIZE", "many"),
-        ("TIMERS_INGEST_BATCH_WITHIN_S", "50ms"),
         ("TIMERS_FIRE_CHUNK_SIZE", "0"),
         ("TIMERS_FIRE_CHUNK_SIZE", "-5"),
         ("TIMERS_PARTITIONS", "0"),
