@@ -12,7 +12,7 @@ SHELL := bash
 .DEFAULT_GOAL := help
 .DELETE_ON_ERROR:
 
-.PHONY: help venv install constraints proto lint test run broker topics clean distclean redis bench bench-full
+.PHONY: help venv install constraints proto lint test run broker topics clean distclean redis bench bench-full failover
 .PHONY: java compact replay report
 .PHONY: helm-lint promtool
 .PHONY: browser
@@ -61,6 +61,9 @@ bench: $(STAMP) redis ## measure (< 5 min): docs/BENCHMARKS.md and docs/bench/*.
 
 bench-full: $(STAMP) redis ## the large sizes: a 1 M-timer hot second, 10 M pending timers (long)
 	$(BIN)/python -m bench --profile full
+
+failover: $(STAMP) ## SIGKILL a worker: seconds until its partitions fire again (docs/FAILOVER.md, ~3 min)
+	$(BIN)/python -m bench.failover $(ARGS)
 
 java: ## install Java 17 for PySpark (Debian's openjdk-17-jre-headless) if java is missing or older
 	@v=$$( (java -version 2>&1 || true) | awk -F'"' '/version/ {split($$2, p, "."); print p[1]; exit}'); \

@@ -66,6 +66,16 @@ class ProfileSettings:
     * ``short_fetch_wait``: Tansu holds a fetch for its full max wait even when
       data arrives (Faust's is 1.5 s, which delayed ticks); the worker consumes
       through a transport with a 100 ms wait instead.
+    * ``static_membership``: whether ``TIMERS_INSTANCE_ID`` is sent as
+      ``group.instance.id``. Tansu 0.6.0 drops a static member right after its
+      first sync, and its group never forms again once a member is killed.
+
+    The cluster timeouts are set for failover in seconds: a SIGKILLed worker is
+    noticed after the session timeout (6 s, the least a stock Kafka broker accepts:
+    ``group.min.session.timeout.ms``), the survivors hear of it at their next
+    heartbeat (1 s), and a survivor stuck in its revocation is expelled after the
+    rebalance timeout (20 s) rather than holding the whole group. Heartbeats run in
+    Faust's consumer thread, not in the event loop that fires timers.
     """
 
     session_timeout_s: float
@@ -74,6 +84,7 @@ class ProfileSettings:
     isolate_changelog_tail: bool
     replication_factor: int
     short_fetch_wait: bool
+    static_membership: bool
 
     @classmethod
     def for_profile(cls, profile: BrokerProfile) -> ProfileSettings:
@@ -85,14 +96,16 @@ class ProfileSettings:
                 isolate_changelog_tail=True,
                 replication_factor=1,
                 short_fetch_wait=True,
+                static_membership=False,
             )
         return cls(
-            session_timeout_s=60.0,
-            heartbeat_s=3.0,
-            rebalance_timeout_s=60.0,
+            session_timeout_s=6.0,
+            heartbeat_s=1.0,
+            rebalance_timeout_s=20.0,
             isolate_changelog_tail=False,
             replication_factor=3,
             short_fetch_wait=False,
+            static_membership=True,
         )
 
 

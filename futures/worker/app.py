@@ -54,6 +54,7 @@ def create_app(config: WorkerConfig, partitions: int) -> TimersApp:
     """A Faust app whose timer table has ``partitions`` partitions (= `timer-request`'s)."""
     kafka = config.common.kafka
     profile = kafka.settings
+    session_s, heartbeat_s, rebalance_s = config.group_timeouts
     app = faust.App(
         config.app_id,
         broker=_broker_url(kafka),
@@ -66,9 +67,12 @@ def create_app(config: WorkerConfig, partitions: int) -> TimersApp:
         tabledir=str(config.data_dir),
         topic_partitions=partitions,
         topic_replication_factor=profile.replication_factor,
-        broker_session_timeout=profile.session_timeout_s,
-        broker_heartbeat_interval=profile.heartbeat_s,
-        broker_rebalance_timeout=profile.rebalance_timeout_s,
+        broker_session_timeout=session_s,
+        broker_heartbeat_interval=heartbeat_s,
+        broker_rebalance_timeout=rebalance_s,
+        # Static membership: a worker back within the session timeout takes its own
+        # partitions back without a rebalance. Not on the embedded broker (see ProfileSettings).
+        consumer_group_instance_id=config.instance_id if profile.static_membership else None,
         consumer_auto_offset_reset="earliest",
         web_host=config.web_host,
         web_port=config.web_port,

@@ -72,6 +72,15 @@ class WorkerConfig:
     #: The admin page shows a partition red when its clock (watermark) is this many
     #: seconds behind the worker's clock.
     admin_stall_after_s: float = 5.0
+    #: Static group membership (Kafka's ``group.instance.id``): a name that stays the same
+    #: across restarts of this worker and that no other worker uses (the StatefulSet pod
+    #: name). None: dynamic membership.
+    instance_id: str | None = None
+    #: Consumer group timeouts (seconds); None takes the broker profile's
+    #: (see :class:`ktimers.config.ProfileSettings`).
+    session_timeout_s: float | None = None
+    heartbeat_s: float | None = None
+    rebalance_timeout_s: float | None = None
 
     @classmethod
     def from_env(cls, env: Env | None = None) -> WorkerConfig:
@@ -99,6 +108,10 @@ class WorkerConfig:
             precise=env_bool(env, "TIMERS_PRECISE", cls.precise),
             admin_token=Secret(token) if (token := env.get("TIMERS_ADMIN_TOKEN", "").strip()) else None,
             admin_stall_after_s=env_float(env, "TIMERS_ADMIN_STALL_AFTER_S", cls.admin_stall_after_s),
+            instance_id=env.get("TIMERS_INSTANCE_ID", "").strip() or None,
+            session_timeout_s=_optional_float(env, "TIMERS_SESSION_TIMEOUT_S"),
+            heartbeat_s=_optional_float(env, "TIMERS_HEARTBEAT_S"),
+            rebalance_timeout_s=_optional_float(env, "TIMERS_REBALANCE_TIMEOUT_S"),
         )
         config.validate()
         return config
@@ -120,6 +133,29 @@ class WorkerConfig:
             raise ConfigError("TIMERS_ADMIN_TOKEN is too short: use at least 16 random characters")
         if self.admin_stall_after_s <= 0:
             raise ConfigError("TIMERS_ADMIN_STALL_AFTER_S must be > 0")
+        if self.instance_id is not None and not re.fullmatch(r"[a-zA-Z0-9._-]{1,249}", self.instance_id):
+            raise ConfigError(
+                f"TIMERS_INSTANCE_ID={self.instance_id!r}: use letters, digits, '.', '_' or '-' "
+                "(the StatefulSet pod name is a good one)"
+            )
+        session, heartbeat, rebalance = self.group_timeouts
+        if not 0 < heartbeat < session:
+            raise ConfigError(
+                f"TIMERS_HEARTBEAT_S={heartbeat:g} must be above 0 and below TIMERS_SESSION_TIMEOUT_S="
+                f"{session:g} (a third of it or less is safe)"
+            )
+        if rebalance <= 0:
+            raise ConfigError("TIMERS_REBALANCE_TIMEOUT_S must be > 0")
+
+    @property
+    def group_timeouts(self) -> tuple[float, float, float]:
+        """The consumer group's session timeout, heartbeat interval and rebalance timeout (seconds)."""
+        profile = self.common.kafka.settings
+        return (
+            profile.session_timeout_s if self.session_timeout_s is None else self.session_timeout_s,
+            profile.heartbeat_s if self.heartbeat_s is None else self.heartbeat_s,
+            profile.rebalance_timeout_s if self.rebalance_timeout_s is None else self.rebalance_timeout_s,
+        )
 
     @property
     def max_record_bytes(self) -> int:
@@ -142,6 +178,10 @@ class WorkerConfig:
             max_payload_bytes=self.max_payload_bytes,
             max_due_ahead_s=self.max_due_ahead_s,
         )
+
+
+def _optional_float(env: Env, name: str) -> float | None:
+    return env_float(env, name, 0.0) if env.get(name, "").strip() else None
 
 
 def _patterns(text: str) -> tuple[str, ...]:

@@ -67,10 +67,16 @@ def main() -> None:
         print(f"timers-worker: {exc}", file=sys.stderr)
         sys.exit(2)
     app, _ = build(config, partitions)
+    session_s, heartbeat_s, rebalance_s = config.group_timeouts
+    static = config.instance_id if config.common.kafka.settings.static_membership else None
     log.info(
-        "futures worker %s: %d partitions, profile %s, data in %s",
+        "futures worker %s: %d partitions, profile %s, data in %s; group instance %s, "
+        "session %gs, heartbeat %gs, rebalance %gs",
         config.app_id, partitions, config.common.kafka.profile.value, config.data_dir,
+        static or "(dynamic)", session_s, heartbeat_s, rebalance_s,
     )  # fmt: skip
+    if config.instance_id and not static:
+        log.warning("TIMERS_INSTANCE_ID is ignored on the embedded broker (no static membership there)")
     worker = faust.Worker(app, loglevel=level, quiet=True)
     worker.execute_from_commandline()
 

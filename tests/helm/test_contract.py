@@ -18,13 +18,19 @@ CONSOLE_SCRIPTS = set(tomllib.loads((REPO / "pyproject.toml").read_text())["proj
 WORKLOAD_KINDS = {"Deployment", "StatefulSet", "Job", "CronJob", "Pod"}
 
 
+#: What the kubelet gives ``fieldRef: metadata.name`` here: a StatefulSet pod's name.
+POD_NAME = "timers-worker-0"
+
+
 def container_env(rendered: Rendered, container: dict[str, Any]) -> dict[str, str]:
     """The environment a container starts with, as the kubelet would build it (Secrets stubbed)."""
     env: dict[str, str] = {}
     for source in container.get("envFrom", []):
         env.update(rendered.one("ConfigMap", source["configMapRef"]["name"])["data"])
     for item in container.get("env", []):
-        env[item["name"]] = item.get("value", f"<{item['name']} from the API>")
+        field = item.get("valueFrom", {}).get("fieldRef", {}).get("fieldPath")
+        default = POD_NAME if field == "metadata.name" else f"<{item['name']} from the API>"
+        env[item["name"]] = item.get("value", default)
     return env
 
 
@@ -41,6 +47,8 @@ def test_components_accept_the_environment_the_chart_gives_them(render: RenderFn
     assert config.web_host == "0.0.0.0"  # noqa: S104
     assert config.web_port == worker["ports"][0]["containerPort"]
     assert config.data_dir == Path("/var/lib/kafka-timers/data")
+    # Static membership from the pod name, stable across the pod's restarts.
+    assert config.instance_id == POD_NAME
 
     (topics,) = containers(rendered.one("Job", "-topics"))
     assert CommonConfig.from_env(container_env(rendered, topics)) == config.common

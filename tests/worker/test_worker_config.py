@@ -6,6 +6,7 @@ from pathlib import Path
 
 import pytest
 
+from futures.worker.app import create_app
 from futures.worker.config import LatePolicy, WorkerConfig
 from ktimers.config import BrokerProfile
 from ktimers.errors import ConfigError
@@ -30,6 +31,10 @@ FULL_ENV = {
     "TIMERS_MAX_DUE_AHEAD_S": "86400",
     "TIMERS_INGEST_BATCH_SIZE": "500",
     "TIMERS_FIRE_CHUNK_SIZE": "3000",
+    "TIMERS_INSTANCE_ID": "timers-worker-2",
+    "TIMERS_SESSION_TIMEOUT_S": "10",
+    "TIMERS_HEARTBEAT_S": "2.5",
+    "TIMERS_REBALANCE_TIMEOUT_S": "30",
 }
 
 
@@ -47,6 +52,8 @@ def test_every_setting_is_read_from_the_environment():
     assert config.max_due_ahead_s == 86400.0
     assert config.ingest_batch_size == 500
     assert config.fire_chunk_size == 3000
+    assert config.instance_id == "timers-worker-2"
+    assert config.group_timeouts == (10.0, 2.5, 30.0)
     common = config.common
     assert common.kafka.bootstrap_servers == "kafka-1:9092,kafka-2:9092"
     assert common.kafka.profile is BrokerProfile.EMBEDDED
@@ -64,6 +71,16 @@ def test_empty_environment_gives_the_documented_defaults():
     # Empty values mean "unset", as a Helm chart renders an empty value.
     blanks = {name: "" for name in FULL_ENV}
     assert WorkerConfig.from_env(blanks) == WorkerConfig(data_dir=Path("data").resolve())
+
+
+def test_group_timeouts_default_to_the_broker_profile():
+    # A dead worker's partitions move within 10 s on a cluster (see docs/FAILOVER.md).
+    assert WorkerConfig.from_env({}).group_timeouts == (6.0, 1.0, 20.0)
+    embedded = {"TIMERS_BROKER_PROFILE": "embedded"}
+    assert WorkerConfig.from_env(embedded).group_timeouts == (6.0, 0.5, 6.0)
+    # One setting overrides its own value only.
+    shorter = {**embedded, "TIMERS_SESSION_TIMEOUT_S": "3"}
+    assert WorkerConfig.from_env(shorter).group_timeouts == (3.0, 0.5, 6.0)
 
 
 @pytest.mark.parametrize("value", ["fire", "FIRE", "Drop", "dlq"])
@@ -92,8 +109,27 @@ def test_late_policy_is_case_insensitive(value):
         ("TIMERS_BROKER_PROFILE", "tansu"),
         ("TIMERS_MAX_DUE_AHEAD_S", "-1"),
         ("TIMERS_WEB_PORT", "70000"),
+        ("TIMERS_INSTANCE_ID", "worker 1"),
+        ("TIMERS_SESSION_TIMEOUT_S", "6s"),
+        ("TIMERS_HEARTBEAT_S", "0"),
+        ("TIMERS_HEARTBEAT_S", "6"),
+        ("TIMERS_REBALANCE_TIMEOUT_S", "0"),
     ],
 )
 def test_invalid_setting_is_a_config_error_naming_it(name, value):
     with pytest.raises(ConfigError, match=name):
         WorkerConfig.from_env({name: value})
+
+
+def test_static_membership_and_timeouts_reach_the_consumer_group(tmp_path):
+    env = {"TIMERS_INSTANCE_ID": "timers-worker-0", "TIMERS_DATA_DIR": str(tmp_path)}
+    conf = create_app(WorkerConfig.from_env(env), 4).app.conf
+    assert conf.consumer_group_instance_id == "timers-worker-0"
+    assert (conf.broker_session_timeout, conf.broker_heartbeat_interval, conf.broker_rebalance_timeout) == (
+        6.0,
+        1.0,
+        20.0,
+    )
+    # The embedded broker loses static members' groups: the id is not sent there.
+    embedded = create_app(WorkerConfig.from_env({**env, "TIMERS_BROKER_PROFILE": "embedded"}), 4).app.conf
+    assert embedded.consumer_group_instance_id is None

@@ -1,0 +1,395 @@
+"""``make failover``: how long a SIGKILLed worker's partitions stop firing.
+
+Two measurements, on the embedded broker (or ``KAFKA_BOOTSTRAP_SERVERS``), with one
+oscillator and timers due every 100 ms in every partition:
+
+* **takeover**: two workers share the partitions; one is SIGKILLed. Measured from
+  the kill to the first callback the survivor fires for each partition the dead
+  one held (by ``kt-fired-ms``, the worker's clock at dispatch: same host).
+* **restart**: one worker holds every partition; it is SIGKILLed and started again
+  at once on the same data dir (as a pod's container is). Measured from the kill to
+  the first callback fired again in each partition, process start included.
+
+A partition is back when it fires again; the table gives the worst partition of
+each round (median and max over the rounds), and the best. Group timeouts are
+the worker's (its profile's unless ``TIMERS_SESSION_TIMEOUT_S`` and friends are
+set here: they are passed on), so the figures say which were measured.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import statistics
+import subprocess
+import sys
+import time
+import urllib.request
+import uuid
+from collections.abc import Iterator, Mapping
+from contextlib import ExitStack, contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from confluent_kafka import OFFSET_END, Consumer, TopicPartition
+
+from bench.cluster import REPO, BenchError, Broker, open_broker
+from futures.client import TimerClient, TimerSpec
+from futures.client.partitioner import crc32_partition
+from futures.worker.config import WorkerConfig
+from ktimers.broker import free_port
+from ktimers.config import BrokerProfile, CommonConfig, ProfileSettings
+from ktimers.topics import create_topics
+from ktimers.wire import H_FIRED_MS, H_ID, header_value
+from tools.devstack import Child, ChildDied, record_headers
+
+PARTITIONS = 4
+EVERY_S = 0.1  # one timer due this often in every partition (seconds)
+READY_TIMEOUT_S = 90.0
+BACK_TIMEOUT_S = 90.0  # longest a partition may stay silent before the round fails (seconds)
+#: Variables passed on to the workers: the group settings being measured.
+GROUP_ENV = ("TIMERS_SESSION_TIMEOUT_S", "TIMERS_HEARTBEAT_S", "TIMERS_REBALANCE_TIMEOUT_S")
+
+
+def now_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+def readiness(port: int) -> tuple[str, list[int]]:
+    """A worker's ``/readyz``: (status, partitions it holds)."""
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/readyz", timeout=2) as response:  # noqa: S310
+            body = json.loads(response.read())
+    except urllib.error.HTTPError as exc:
+        body = json.loads(exc.read() or b"{}")
+    except OSError:
+        return "unreachable", []
+    return str(body.get("status")), [int(p) for p in body.get("partitions", [])]
+
+
+@dataclass
+class Worker:
+    name: str
+    data_dir: Path
+    port: int
+    instance_id: str
+    child: Child | None = None
+    starts: int = 0
+
+    def held(self) -> list[int]:
+        status, partitions = readiness(self.port)
+        return partitions if status == "ready" else []
+
+
+@dataclass
+class Instance:
+    """One service instance: topics, a callback topic, an oscillator and its workers."""
+
+    broker: Broker
+    work: Path
+    env: dict[str, str] = field(default_factory=dict)
+    callback_topic: str = ""
+    workers: list[Worker] = field(default_factory=list)
+    children: list[Child] = field(default_factory=list)
+    #: Workers run with static membership (``TIMERS_INSTANCE_ID``).
+    static: bool = True
+
+    def start(self, worker_env: Mapping[str, str]) -> None:
+        suffix = uuid.uuid4().hex[:8]
+        self.env = {
+            **self.broker.child_env(),
+            **worker_env,
+            "TIMERS_TOPIC_OSCILLATOR": f"failover-oscillator-{suffix}",
+            "TIMERS_TOPIC_REQUEST": f"failover-request-{suffix}",
+            "TIMERS_TOPIC_EVENTS": f"failover-events-{suffix}",
+            "TIMERS_TOPIC_DLQ": f"failover-dlq-{suffix}",
+            "TIMERS_PARTITIONS": str(PARTITIONS),
+            "TIMERS_APP_ID": f"failover-{suffix}",
+        }
+        create_topics(CommonConfig.from_env(self.env))
+        self.callback_topic = self.broker.create_topic("failover-callbacks")
+        osc_env = {**self.env, "TIMERS_OSC_HEALTH_PORT": str(free_port())}
+        self.children.append(
+            Child.start("oscillator", ["-m", "oscillator.main"], osc_env, self.work / "oscillator.log", REPO)
+        )
+        for name in ("a", "b"):
+            self.workers.append(Worker(name, self.work / f"data-{name}", free_port(), f"worker-{name}"))
+
+    def start_worker(self, worker: Worker) -> None:
+        env = {
+            **self.env,
+            "TIMERS_DATA_DIR": str(worker.data_dir),
+            "TIMERS_WEB_PORT": str(worker.port),
+        }
+        if self.static:
+            env["TIMERS_INSTANCE_ID"] = worker.instance_id
+        worker.starts += 1
+        log = self.work / f"worker-{worker.name}-{worker.starts}.log"
+        child = Child.start(f"worker-{worker.name}", ["-m", "futures.worker.main"], env, log, REPO)
+        worker.child = child
+        self.children.append(child)
+
+    def wait_split(self, workers: list[Worker], timeout_s: float = READY_TIMEOUT_S) -> None:
+        """Wait until ``workers`` are ready and hold every partition once between them."""
+        deadline = time.monotonic() + timeout_s
+        while True:
+            held = [w.held() for w in workers]
+            if sorted(sum(held, [])) == list(range(PARTITIONS)) and all(held):
+                return
+            for w in workers:
+                if w.child is not None:
+                    w.child.check()
+            if time.monotonic() > deadline:
+                raise BenchError(f"partitions never split between {[w.name for w in workers]}: {held}")
+            time.sleep(0.1)
+
+    def kill(self, worker: Worker) -> int:
+        """SIGKILL ``worker``; the kill time (epoch ms)."""
+        assert worker.child is not None  # noqa: S101 - started before
+        worker.child.process.kill()
+        killed = now_ms()
+        worker.child.process.wait()
+        return killed
+
+    def stop(self) -> None:
+        for child in reversed(self.children):
+            child.stop(timeout_s=10)
+
+
+@contextmanager
+def instance(
+    broker: Broker, work: Path, worker_env: Mapping[str, str], static: bool = True
+) -> Iterator[Instance]:
+    inst = Instance(broker, work, static=static)
+    try:
+        inst.start(worker_env)
+        yield inst
+    finally:
+        inst.stop()
+
+
+class Timers:
+    """Schedules timers due every ``EVERY_S`` in every request partition; reads their callbacks."""
+
+    def __init__(self, inst: Instance) -> None:
+        self._inst = inst
+        self._client = TimerClient(CommonConfig.from_env(inst.env))
+        self.partition_of: dict[str, int] = {}
+        self._ids: dict[int, Iterator[str]] = {p: self._ids_for(p) for p in range(PARTITIONS)}
+        self._consumer = Consumer(
+            {
+                "bootstrap.servers": inst.broker.bootstrap,
+                "group.id": f"failover-reader-{uuid.uuid4().hex[:8]}",
+                "enable.auto.commit": False,
+                "fetch.wait.max.ms": 20,
+            }
+        )
+        self._consumer.assign([TopicPartition(inst.callback_topic, p, OFFSET_END) for p in range(PARTITIONS)])
+
+    @staticmethod
+    def _ids_for(partition: int) -> Iterator[str]:
+        while True:
+            candidate = uuid.uuid4().hex
+            if crc32_partition(candidate.encode(), PARTITIONS) == partition:
+                yield candidate
+
+    def schedule(self, span_s: float, lead_s: float = 1.0) -> None:
+        """Timers due from ``lead_s`` to ``lead_s + span_s`` from now, ``EVERY_S`` apart, per partition."""
+        start = time.time() + lead_s
+        specs = []
+        for i in range(int(span_s / EVERY_S)):
+            for p in range(PARTITIONS):
+                timer_id = next(self._ids[p])
+                self.partition_of[timer_id] = p
+                specs.append(
+                    TimerSpec(self._inst.callback_topic, timer_id, b"x", at=start + i * EVERY_S, id=timer_id)
+                )
+        self._client.schedule_many(specs)
+        self._client.flush(30)
+
+    def first_fired_after(
+        self, since_ms: int, partitions: set[int], timeout_s: float, check: list[Worker]
+    ) -> dict[int, int]:
+        """Epoch ms of the first callback fired after ``since_ms`` in each of ``partitions``."""
+        first: dict[int, int] = {}
+        deadline = time.monotonic() + timeout_s
+        while set(first) != partitions:
+            if time.monotonic() > deadline:
+                silent = sorted(partitions - set(first))
+                raise BenchError(f"partitions {silent} did not fire within {timeout_s}s")
+            for w in check:
+                if w.child is not None:
+                    w.child.check()
+            for msg in self._consumer.consume(10_000, timeout=0.05):
+                if msg.error() is not None:
+                    continue
+                headers = record_headers(msg)
+                timer_id = (header_value(headers, H_ID) or b"").decode()
+                fired = int(header_value(headers, H_FIRED_MS) or 0)
+                partition = self.partition_of.get(timer_id)
+                if partition in partitions and fired > since_ms and partition not in first:
+                    first[partition] = fired
+        return first
+
+    def close(self) -> None:
+        self._consumer.close()
+        self._client.close(10)
+
+
+@dataclass
+class Round:
+    kind: str
+    partitions: list[int]
+    back_ms: dict[int, int]
+
+    @property
+    def worst_s(self) -> float:
+        return max(self.back_ms.values()) / 1000
+
+    @property
+    def best_s(self) -> float:
+        return min(self.back_ms.values()) / 1000
+
+
+def takeover_rounds(inst: Instance, timers: Timers, rounds: int) -> list[Round]:
+    a, b = inst.workers
+    results = []
+    for n in range(rounds):
+        victim, survivor = (b, a) if n % 2 == 0 else (a, b)
+        inst.wait_split([a, b])
+        timers.schedule(span_s=40)
+        time.sleep(3.0)  # steady firing first
+        held = set(victim.held())
+        killed = inst.kill(victim)
+        first = timers.first_fired_after(killed, held, BACK_TIMEOUT_S, [survivor])
+        results.append(Round("takeover", sorted(held), {p: t - killed for p, t in first.items()}))
+        print(f"  takeover {n + 1}: {results[-1].worst_s:.1f}s ({victim.name} killed)", flush=True)
+        inst.start_worker(victim)
+    return results
+
+
+def restart_rounds(inst: Instance, timers: Timers, rounds: int) -> list[Round]:
+    a, b = inst.workers
+    assert b.child is not None  # noqa: S101 - started by the takeover rounds
+    b.child.stop()
+    inst.wait_split([a])
+    results = []
+    for n in range(rounds):
+        inst.wait_split([a])
+        timers.schedule(span_s=40)
+        time.sleep(3.0)
+        killed = inst.kill(a)
+        inst.start_worker(a)
+        everything = set(range(PARTITIONS))
+        first = timers.first_fired_after(killed, everything, BACK_TIMEOUT_S, [a])
+        results.append(Round("restart", sorted(everything), {p: t - killed for p, t in first.items()}))
+        print(f"  restart {n + 1}: {results[-1].worst_s:.1f}s", flush=True)
+    return results
+
+
+def group_settings(env: Mapping[str, str]) -> str:
+    session, heartbeat, rebalance = WorkerConfig.from_env(env).group_timeouts
+    return f"session {session:g} s, heartbeat {heartbeat:g} s, rebalance {rebalance:g} s"
+
+
+def table(rounds: list[Round]) -> list[str]:
+    lines = [
+        "| what | rounds | all its partitions back (median) | worst round | first partition back (median) |",
+        "|---|---|---|---|---|",
+    ]
+    labels = {
+        "takeover": "SIGKILL → a survivor fires the dead worker's partitions",
+        "restart": "SIGKILL → the restarted worker (same data dir) fires again",
+    }
+    for kind, label in labels.items():
+        mine = [r for r in rounds if r.kind == kind]
+        if not mine:
+            continue
+        worst = [r.worst_s for r in mine]
+        best = [r.best_s for r in mine]
+        lines.append(
+            f"| {label} | {len(mine)} | {statistics.median(worst):.1f} s | {max(worst):.1f} s "
+            f"| {statistics.median(best):.1f} s |"
+        )
+    return lines
+
+
+def load() -> str:
+    return ", ".join(f"{x:.2f}" for x in os.getloadavg())
+
+
+def write_report(
+    path: Path, broker: Broker, settings: str, rounds: list[Round], command: str, load_before: str
+) -> None:
+    text = path.read_text() if path.exists() else ""
+    begin, end = "<!-- failover:begin -->", "<!-- failover:end -->"
+    body = "\n".join(
+        [
+            begin,
+            f"Measured by `{command}` on {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}: "
+            f"{broker.describe()}, {PARTITIONS} partitions, one timer due every "
+            f"{EVERY_S * 1000:.0f} ms in every partition, group timeouts {settings}; "
+            f"load average before the run {load_before} ({os.cpu_count()} cores).",
+            "",
+            *table(rounds),
+            end,
+        ]
+    )
+    if begin in text and end in text:
+        text = text[: text.index(begin)] + body + text[text.index(end) + len(end) :]
+    else:
+        text = text.rstrip("\n") + ("\n\n" if text else "") + body + "\n"
+    path.write_text(text)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m bench.failover", description=__doc__.splitlines()[0])
+    parser.add_argument("--rounds", type=int, default=3, help="kills of each kind (default: 3)")
+    parser.add_argument(
+        "--out", type=Path, default=REPO / "docs" / "FAILOVER.md", help="report (default: docs/FAILOVER.md)"
+    )
+    parser.add_argument(
+        "--work", type=Path, default=None, help="logs and worker data (default: run/failover-<time>)"
+    )
+    parser.add_argument(
+        "--dynamic", action="store_true", help="workers without TIMERS_INSTANCE_ID (dynamic membership)"
+    )
+    args = parser.parse_args(argv)
+    work = args.work or REPO / "run" / f"failover-{time.strftime('%Y%m%d-%H%M%S')}"
+    work.mkdir(parents=True, exist_ok=True)
+    # The cluster profile's group timeouts, unless set here: on the embedded broker too.
+    cluster = ProfileSettings.for_profile(BrokerProfile.CLUSTER)
+    defaults = (cluster.session_timeout_s, cluster.heartbeat_s, cluster.rebalance_timeout_s)
+    worker_env = {k: os.environ.get(k) or f"{v:g}" for k, v in zip(GROUP_ENV, defaults, strict=True)}
+    # SIGTERM stops the workers, the oscillator and the broker too.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(1))
+    command = "python -m bench.failover " + " ".join(argv if argv is not None else sys.argv[1:])
+    load_before = load()
+    with ExitStack() as stack:
+        broker = stack.enter_context(open_broker(work))
+        settings = group_settings({**broker.env, **worker_env})
+        static = not args.dynamic and broker.common.kafka.settings.static_membership
+        membership = "static" if static else "dynamic"
+        settings += f", {membership} membership"
+        print(f"failover on {broker.describe()}; {settings}; load {load()}", flush=True)
+        inst = stack.enter_context(instance(broker, work, worker_env, static=not args.dynamic))
+        for worker in inst.workers:
+            inst.start_worker(worker)
+        timers = Timers(inst)
+        stack.callback(timers.close)
+        try:
+            rounds = takeover_rounds(inst, timers, args.rounds)
+            rounds += restart_rounds(inst, timers, args.rounds)
+        except (BenchError, ChildDied, subprocess.SubprocessError) as exc:
+            print(f"failover: {exc}; logs in {work}", file=sys.stderr)
+            return 1
+    print("\n".join(table(rounds)))
+    write_report(args.out, broker, settings, rounds, command.strip(), load_before)
+    print(f"written to {args.out}; logs in {work}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
