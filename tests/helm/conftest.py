@@ -59,6 +59,7 @@ PRODUCTION: dict[str, Any] = {
         "serviceMonitor": {"enabled": True, "labels": {"release": "kube-prometheus-stack"}},
         "prometheusRule": {"enabled": True, "labels": {"release": "kube-prometheus-stack"}},
     },
+    "grafana": {"dashboard": {"enabled": True, "annotations": {"grafana_folder": "Kafka"}}},
 }
 
 # SASL with credentials given as values: the chart creates the Secrets (one for the hook Job).

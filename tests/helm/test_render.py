@@ -68,6 +68,7 @@ def test_optional_parts_render_when_enabled(render: RenderFn) -> None:
     production = _names(render(VALUE_SETS["production"]))
     assert "ServiceMonitor/timers-kafka-timers" in production
     assert "PrometheusRule/timers-kafka-timers" in production
+    assert "ConfigMap/timers-kafka-timers-dashboard" in production
     compaction = _names(render(VALUE_SETS["compaction"]))
     assert "CronJob/timers-kafka-timers-compact" in compaction
     # Named by its render time: every `helm template ... | kubectl create` is a new Job.
