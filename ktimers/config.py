@@ -58,10 +58,6 @@ class ProfileSettings:
     * ``session_timeout_s``/``heartbeat_s``/``rebalance_timeout_s``: aiokafka never
       sends LeaveGroup to Tansu, so a restarted worker waits a whole session
       timeout; short timeouts keep restarts to seconds.
-    * ``isolate_changelog_tail``: Tansu's ListOffsets reports the first offset of
-      the last record batch + 1, which makes Faust's table recovery stop short.
-      With this on, the record that closes each changelog write goes out in a
-      batch of its own, so the reported end offset is exact.
     * ``replication_factor``: Tansu has one broker.
     * ``short_fetch_wait``: Tansu holds a fetch for its full max wait even when
       data arrives (Faust's is 1.5 s, which delayed ticks); the worker consumes
@@ -81,7 +77,6 @@ class ProfileSettings:
     session_timeout_s: float
     heartbeat_s: float
     rebalance_timeout_s: float
-    isolate_changelog_tail: bool
     replication_factor: int
     short_fetch_wait: bool
     static_membership: bool
@@ -93,7 +88,6 @@ class ProfileSettings:
                 session_timeout_s=6.0,
                 heartbeat_s=0.5,
                 rebalance_timeout_s=6.0,
-                isolate_changelog_tail=True,
                 replication_factor=1,
                 short_fetch_wait=True,
                 static_membership=False,
@@ -102,7 +96,6 @@ class ProfileSettings:
             session_timeout_s=6.0,
             heartbeat_s=1.0,
             rebalance_timeout_s=20.0,
-            isolate_changelog_tail=False,
             replication_factor=3,
             short_fetch_wait=False,
             static_membership=True,

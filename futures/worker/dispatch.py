@@ -49,6 +49,7 @@ _FIRED = TimerEvent.FIRED
 class FireOutcome:
     done: list[int]  # delivered, or dead-lettered for good: delete these
     transient: list[int]  # keep, try again on the next tick
+    dead_lettered: int = 0  # of ``done``: dead-lettered, their dead letters not yet known delivered
 
 
 class Dispatcher:
@@ -80,6 +81,13 @@ class Dispatcher:
         side, self._side = self._side, Deliveries()
         return side
 
+    async def deliver_dead_letters(self, outcome: FireOutcome) -> None:
+        """Before the tombstones of dead-lettered timers: their dead letters must be delivered,
+        or a lost dead letter would lose the timer. Only when there are any (one flush)."""
+        if outcome.dead_lettered:
+            await self._writer.flush()
+            self.take_side().raise_first("event or dead-letter")
+
     # -- callbacks -----------------------------------------------------------------
 
     def produce_callback(self, timer: StoredTimer, fired_ms: int, deliveries: Deliveries, index: int) -> None:
@@ -110,6 +118,7 @@ class Dispatcher:
     ) -> FireOutcome:
         """Count, record and dead-letter by delivery report; say which timers to delete."""
         done, transient = [], []
+        dead_lettered = 0
         firings: list[Firing] = []
         errors = deliveries.errors
         now = self._clock()
@@ -133,6 +142,7 @@ class Dispatcher:
                 )
             elif is_permanent(err):
                 done.append(i)
+                dead_lettered += 1
                 self.dead_letter_callback(partition, timer, err)
             else:
                 transient.append(i)
@@ -146,7 +156,7 @@ class Dispatcher:
         self._metrics.fired.inc(len(firings))
         self._metrics.lateness.observe_many([f.lateness_ms / 1000 for f in firings])
         self._status.fired_many(firings)
-        return FireOutcome(done, transient)
+        return FireOutcome(done, transient, dead_lettered)
 
     # -- events and dead letters -----------------------------------------------
 

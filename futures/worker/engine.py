@@ -377,6 +377,7 @@ class TimerEngine:
                 return complete
             timers = [StoredTimer.FromString(d.value) for d in due]
             outcome = await self.dispatch.fire([(partition, t) for t in timers], self._clock())
+            await self.dispatch.deliver_dead_letters(outcome)
             for i in outcome.done:
                 part.records.append((due[i].key, None))
             part.pending_delta -= len(outcome.done)
@@ -430,6 +431,7 @@ class TimerEngine:
                 outcome = self.dispatch.settle(
                     [(p, t) for p, _, t, _ in sent], deliveries, [f for *_, f in sent]
                 )
+                await self.dispatch.deliver_dead_letters(outcome)
                 part = _Changes()
                 for i in outcome.done:
                     if sent[i][1].timer_id not in window.removed:
@@ -446,8 +448,11 @@ class TimerEngine:
         """Write changelog records, wait for them, then apply them to the local tables.
 
         Every write ends with the partition's progress record (watermark and last
-        applied request offset). With ``isolate_changelog_tail`` (embedded broker)
-        it goes out in a batch of its own.
+        applied request offset), which acknowledges the requests it covers: a restart
+        skips them. So it goes out in a flush of its own, after everything the step
+        caused — its changelog records, events and dead letters — was delivered. (On
+        the embedded broker, a tail in a batch of its own also keeps Faust's table
+        recovery exact: Tansu reports a partition's end as its last batch's first offset + 1.)
         """
         changes = {
             p: c
@@ -465,8 +470,9 @@ class TimerEngine:
             ]
             for key, value in staged[partition]:
                 self._writer.produce(changelog, key, value, partition=partition, deliveries=deliveries)
-        if self.config.common.kafka.settings.isolate_changelog_tail:
-            await self._writer.flush()
+        await self._writer.flush()
+        deliveries.raise_first("changelog")
+        self.dispatch.take_side().raise_first("event or dead-letter")
         for partition, part in changes.items():
             table = self._tables(partition)
             tail = progress_record(
@@ -477,7 +483,6 @@ class TimerEngine:
             self._writer.produce(changelog, tail[0], tail[1], partition=partition, deliveries=deliveries)
         await self._writer.flush()
         deliveries.raise_first("changelog")
-        self.dispatch.take_side().raise_first("event or dead-letter")
         for partition, records in staged.items():
             table = self._tables(partition)
             table.apply(

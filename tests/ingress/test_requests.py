@@ -7,6 +7,7 @@ import pytest
 from futures.ingress.limits import ParseLimits
 from futures.ingress.records import SourceRecord
 from futures.ingress.requests import MAX_ID_BYTES, CancelRequest, Rejection, Schedule, parse_request
+from futures.worker.config import WorkerConfig
 from futures.worker.table import table_key
 from ktimers.config import TopicsConfig
 from ktimers.wire import Cancel, Future, Header
@@ -149,6 +150,28 @@ def test_internal_topics_follow_the_configured_names():
     # The default names are ordinary topics for this deployment.
     assert isinstance(parse(record(future(callBackTopic="timer-request")), config), Schedule)
     assert isinstance(parse(record(future(callBackTopic="timers-x")), config), Schedule)
+
+
+PLATFORM_TOPICS = ["_schemas", "connect-offsets", "orders-changelog", "app-KSTREAM-AGG-0003-repartition"]
+
+
+def test_platform_internal_topics_are_refused_by_default_unless_the_deny_list_says_otherwise():
+    for topic in PLATFORM_TOPICS:
+        result = rejected(record(future(callBackTopic=topic)))
+        assert result.reason == "callback-topic-not-allowed", topic
+        assert "TIMERS_DENIED_CALLBACK_TOPICS" in result.detail, topic
+    # An empty deny-list admits them; one of its own refuses only what it lists.
+    # (The worker's environment, as the worker turns it into parse limits.)
+    admitted = WorkerConfig.from_env({"TIMERS_DENIED_CALLBACK_TOPICS": ""}).parse_limits
+    own = WorkerConfig.from_env({"TIMERS_DENIED_CALLBACK_TOPICS": "audit-*"}).parse_limits
+    for topic in PLATFORM_TOPICS:
+        assert isinstance(parse(record(future(callBackTopic=topic)), admitted), Schedule), topic
+        assert isinstance(parse(record(future(callBackTopic=topic)), own), Schedule), topic
+    assert rejected(record(future(callBackTopic="audit-log")), own).reason == "callback-topic-not-allowed"
+    # Kafka's own internals stay refused whatever the deny-list says.
+    assert rejected(record(future(callBackTopic="__consumer_offsets")), admitted).reason == (
+        "callback-topic-not-allowed"
+    )
 
 
 def test_allow_list_admits_only_matching_topics():

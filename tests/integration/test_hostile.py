@@ -409,6 +409,7 @@ class Sender:
         self.producer = Producer({"bootstrap.servers": hs.stack.bootstrap})
         self.expected = Expected()
         self._step = 0
+        self.bad_ticks = 0
 
     def valid(self) -> None:
         """A valid native timer, due LEAD_S (+ up to 0.9 s) from now, keyed by a random id."""
@@ -496,6 +497,16 @@ class Sender:
         )
         self.expected.valid[b"valid-not-utf8-header"] = due_ms
 
+    def bad_tick(self) -> None:
+        """A record on the oscillator topic whose header key is not UTF-8 and whose key is no second.
+
+        The worker's tick consumer must read past it (futures/worker/fetch.py) and count it as an
+        invalid tick; the valid timers around it keep firing on the oscillator's ticks.
+        """
+        oscillator = self.hs.stack.common.topics.oscillator
+        produce_raw(self.hs.stack.bootstrap, oscillator, [(0, b"not-a-second", b"", [(NOT_UTF8, b"1")])])
+        self.bad_ticks += 1
+
     def nowhere(self) -> None:
         """A timer to a callback topic that does not exist (see :func:`check_nowhere`)."""
         handle = self.client.schedule(self.hs.missing_topic, "k", b"nowhere", delay=LEAD_S)
@@ -518,6 +529,7 @@ class Sender:
                 self.send(record)
             if i == 3:
                 self.valid_behind_a_bad_header_key()
+                self.bad_tick()
             if i == 8:
                 due_ms = int((time.time() + LEAD_S) * 1000)
                 small_batch.value = small_mixed_batch(cb, due_ms)
@@ -728,6 +740,7 @@ def test_hostile_stream_is_dead_lettered_and_valid_timers_fire_on_time(hostile_s
     assert len(dlq.records) == expected.dead_letter_count(), Counter(reason(d) for d in dlq.records)
 
     assert rejected_by_reason(stack) == expected.reasons()
+    assert stack.metrics().get('timers_ticks_total{outcome="invalid"}') == sender.bad_ticks == 1
     rejected_events = [e for e in stack.events() if e.kind == TimerEvent.Kind.REJECTED]
     assert len(rejected_events) == expected.dead_letter_count()
     assert stack.worker is not None

@@ -112,7 +112,6 @@ def test_profiles_differ_as_documented() -> None:
     # Tansu breaks static members' groups; Kafka keeps a restarted member's partitions.
     assert cluster.static_membership and not embedded.static_membership
     # The changelog workaround for Tansu's ListOffsets (quirk 1) stays off on a real cluster.
-    assert embedded.isolate_changelog_tail and not cluster.isolate_changelog_tail
     # One broker in Tansu.
     assert (embedded.replication_factor, cluster.replication_factor) == (1, 3)
     for settings in (embedded, cluster):

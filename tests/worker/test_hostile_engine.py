@@ -8,13 +8,18 @@ must not hold the others back.
 
 from __future__ import annotations
 
+import asyncio
 import logging
+from pathlib import Path
 
 import pytest
 from confluent_kafka import KafkaError
 
+from futures.worker.table import PartitionTimers
 from ktimers.deadletter import H_ORIGINAL_SIZE, H_TRUNCATED, MAX_DETAIL_CHARS
+from ktimers.errors import DeliveryError
 from ktimers.wire import H_ELEMENT_COUNT, H_INVALID_COUNT, Future, FutureBatch, TimerEvent
+from tests.worker.fakes import permanent_error
 from tests.worker.rig import T_MS, Rig, T
 
 Kind = TimerEvent.Kind
@@ -159,3 +164,52 @@ def test_a_batch_with_a_few_bad_timers_dead_letters_each_alone(rig: Rig):
         f"b{i}" for i in range(10)
     )
     assert {d.header("kt-reason") for d in rig.dlq()} == {b"bad-due-time"}
+
+
+@pytest.mark.parametrize("failing", ["dead letter", "event"])
+def test_a_request_whose_dead_letter_or_event_was_not_delivered_is_read_again_after_a_restart(
+    rig: Rig, tmp_path: Path, failing: str
+):
+    topic = rig.topics.dlq if failing == "dead letter" else rig.topics.events
+    rig.ingest(rig.request("before", T_MS + 5000))
+    bad = rig.raw_request(b"k", b"\xff not a future")
+    rig.producer.fail = lambda t: permanent_error() if t == topic else None
+    with pytest.raises(DeliveryError):
+        asyncio.run(rig.engine.ingest([bad]))
+
+    # A restart recovers the table from the changelog as delivered: the bad record was not
+    # acknowledged, so it is read again and dead-lettered then, not skipped as applied.
+    rebuilt = PartitionTimers(tmp_path / "rebuilt.db")
+    try:
+        rebuilt.apply([(s.key or b"", s.value) for s in rig.changelog(0) if s.delivered], offset=None)
+        assert rebuilt.request_offset == bad.offset - 1
+    finally:
+        rebuilt.close()
+    rig.producer.fail = lambda t: None
+    rig.ingest(bad)
+    # At least once: a dead letter delivered before its event failed is written again.
+    letters = [s.header("kt-reason") for s in rig.dlq() if s.delivered]
+    assert letters == [b"undecodable"] * (1 if failing == "dead letter" else 2)
+
+
+def test_a_timer_whose_callback_and_dead_letter_both_fail_is_not_deleted(rig: Rig, tmp_path: Path):
+    rig.ingest(rig.request("gone-1", T_MS, topic="gone"), rig.request("ok", T_MS))
+    rig.producer.fail = lambda t: permanent_error() if t in ("gone", rig.topics.dlq) else None
+    rig.now = T_MS + 10
+    with pytest.raises(DeliveryError):
+        asyncio.run(rig.engine.advance([rig.tick_record(T)]))
+
+    # Its callback was refused for good and its dead letter was lost: the changelog, as
+    # delivered, must still hold it, so that the worker restarted dead-letters it then.
+    rebuilt = PartitionTimers(tmp_path / "rebuilt.db")
+    try:
+        rebuilt.apply([(s.key or b"", s.value) for s in rig.changelog(0) if s.delivered], offset=None)
+        assert [d.timer_id for d in rebuilt.iter_pending()] == ["gone-1", "ok"]
+    finally:
+        rebuilt.close()
+    rig.producer.fail = lambda t: permanent_error() if t == "gone" else None
+    rig.tick(T)
+    assert [(s.key, s.header("kt-reason")) for s in rig.dlq() if s.delivered] == [
+        (b"gone-1", b"callback-undeliverable")
+    ]
+    assert rig.pending_ids() == []
