@@ -17,20 +17,20 @@ import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import replace
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import Any
 
 from confluent_kafka import OFFSET_BEGINNING, OFFSET_END, Consumer, KafkaError, KafkaException, TopicPartition
 from confluent_kafka.admin import AdminClient
 
 from futures.client import TimerClient
 from futures.durations import DURATION_HELP, INSTANT_HELP, parse_duration, parse_instant
-from ktimers.config import CommonConfig
+from ktimers.cli import UsageError, command_parser, fail
+from ktimers.config import COMMON_ENV, CommonConfig
 from ktimers.errors import DeliveryError, TimersError
 from ktimers.shutdown import StopFlag
 from ktimers.topics import create_topics, verify_topics
 from ktimers.wire import H_DUE_MS, H_FIRED_MS, KafkaHeaders, header_value, message_headers, text_or_repr
 
-EXIT_USAGE = 2  # bad arguments, bad config, Kafka unreachable: the user must act
 EXIT_INCOMPLETE = 1  # watch --count not reached before --timeout
 
 # librdkafka logs every failed connection attempt; routed here and silenced
@@ -38,21 +38,6 @@ EXIT_INCOMPLETE = 1  # watch --count not reached before --timeout
 kafka_log = logging.getLogger("timers.kafka")
 
 Handler = Callable[[argparse.Namespace], int]
-
-
-class UsageError(Exception):
-    """A command line or input problem; the message says how to fix it."""
-
-    def __init__(self, message: str, prog: str = "timers") -> None:
-        super().__init__(message)
-        self.prog = prog
-
-
-class _Parser(argparse.ArgumentParser):
-    """argparse that reports errors as one line instead of usage plus exit."""
-
-    def error(self, message: str) -> NoReturn:
-        raise UsageError(f"{message} (see: {self.prog} --help)", self.prog)
 
 
 def _duration(text: str) -> float:
@@ -97,7 +82,7 @@ def _positive_int(text: str) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = _Parser(prog="timers", description="Durable timers on Kafka.")
+    parser = command_parser("timers", "Durable timers on Kafka.", [("environment", COMMON_ENV)])
     parser.add_argument("-v", "--verbose", action="store_true", help="show Kafka client logs")
     commands = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
 
@@ -170,15 +155,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         args = parser.parse_args(argv)
     except UsageError as exc:
-        return _fail(str(exc), exc.prog)
-    except SystemExit as exc:  # --help
+        return _fail(str(exc), exc.prog or "timers")
+    except SystemExit as exc:  # --help, --version
         return exc.code if isinstance(exc.code, int) else 0
     _setup_logging(args.verbose)
     run: Handler = args.run
     try:
         return run(args)
     except UsageError as exc:
-        return _fail(str(exc), exc.prog)
+        return _fail(str(exc), exc.prog or "timers")
     except DeliveryError as exc:
         return _fail(f"{exc}. Check KAFKA_BOOTSTRAP_SERVERS and that the brokers are running.")
     except TimersError as exc:
@@ -192,8 +177,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _fail(message: str, prog: str = "timers") -> int:
-    print(f"{prog}: error: {message}", file=sys.stderr)
-    return EXIT_USAGE
+    return fail(prog, message)
 
 
 def _reason(exc: KafkaException) -> str:

@@ -19,6 +19,23 @@ from ktimers.errors import ConfigError
 Env = Mapping[str, str]
 
 
+@dataclass(frozen=True)
+class EnvVar:
+    """A variable a component reads, as ``--help`` and the README's "Configuration" tables show it.
+
+    Each config module lists the variables its ``from_env`` reads next to it; a test
+    checks the lists against what ``from_env`` really reads and against the README.
+    """
+
+    name: str
+    #: As the README shows it; "—" when unset means "not used".
+    default: str
+    meaning: str
+
+
+NO_DEFAULT = "—"
+
+
 class Secret:
     """A string that never shows up in repr, str or logs."""
 
@@ -149,6 +166,18 @@ def env_choice(env: Env, name: str, enum_type: type[enum.Enum], default: enum.En
         raise ConfigError(f"{name}={raw!r} is not one of: {allowed}") from exc
 
 
+#: What :meth:`KafkaConfig.from_env` reads.
+KAFKA_ENV: tuple[EnvVar, ...] = (
+    EnvVar("KAFKA_BOOTSTRAP_SERVERS", "127.0.0.1:9092", "brokers"),
+    EnvVar("KAFKA_SECURITY_PROTOCOL", "PLAINTEXT", "PLAINTEXT, SSL, SASL_PLAINTEXT or SASL_SSL"),
+    EnvVar("KAFKA_SASL_MECHANISM", NO_DEFAULT, "SASL mechanism: PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512"),
+    EnvVar("KAFKA_SASL_USERNAME", NO_DEFAULT, "SASL user name"),
+    EnvVar("KAFKA_SASL_PASSWORD", NO_DEFAULT, "SASL password (never logged)"),
+    EnvVar("KAFKA_SSL_CA_LOCATION", NO_DEFAULT, "CA bundle for TLS"),
+    EnvVar("TIMERS_BROKER_PROFILE", "cluster", "embedded turns on the Tansu workarounds"),
+)
+
+
 @dataclass(frozen=True)
 class KafkaConfig:
     """How to reach Kafka. Environment: ``KAFKA_*`` (see README, "Configuration")."""
@@ -237,6 +266,21 @@ def parse_ingress(raw: str, name: str = "TIMERS_INGRESS_TOPICS") -> tuple[tuple[
     return tuple(pairs)
 
 
+#: What :meth:`TopicsConfig.from_env` reads.
+TOPICS_ENV: tuple[EnvVar, ...] = (
+    EnvVar("TIMERS_TOPIC_OSCILLATOR", "oscillator", "topic of the ticks"),
+    EnvVar("TIMERS_TOPIC_REQUEST", "timer-request", "topic of the requests (native format)"),
+    EnvVar("TIMERS_TOPIC_EVENTS", "timer-events", "topic of the fired/cancelled/rejected events"),
+    EnvVar("TIMERS_TOPIC_DLQ", "timer-request-dlq", "dead-letter topic of the requests"),
+    EnvVar("TIMERS_PARTITIONS", "4", "partitions for `timers topics create`"),
+    EnvVar(
+        "TIMERS_INGRESS_TOPICS",
+        NO_DEFAULT,
+        "more request topics and their formats, topic=format comma-separated (native, etf1, countdown)",
+    ),
+)
+
+
 @dataclass(frozen=True)
 class TopicsConfig:
     """Topic names. Environment: ``TIMERS_TOPIC_*`` and ``TIMERS_INGRESS_TOPICS``."""
@@ -293,6 +337,16 @@ class TopicsConfig:
             if name == topic:
                 return fmt
         return None
+
+
+#: What :meth:`CommonConfig.from_env` reads: every component's Kafka connection and topics.
+COMMON_ENV: tuple[EnvVar, ...] = KAFKA_ENV + TOPICS_ENV
+
+#: Read by the services (worker, oscillator, task worker) besides ``COMMON_ENV``.
+LOG_LEVEL_ENV = EnvVar("TIMERS_LOG_LEVEL", "info", "log level: debug, info, warning or error")
+
+#: The README's table of the variables "shared by all components".
+SHARED_ENV: tuple[EnvVar, ...] = COMMON_ENV + (LOG_LEVEL_ENV,)
 
 
 @dataclass(frozen=True)

@@ -17,10 +17,27 @@ import os
 import socket
 from dataclasses import dataclass, field
 
-from ktimers.config import CommonConfig, Env, env_float, env_int
+from ktimers.config import CommonConfig, Env, EnvVar, env_float, env_int
 from ktimers.errors import ConfigError
 
 LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
+
+#: What :meth:`OscillatorConfig.from_env` reads besides ``SHARED_ENV`` (README, "Configuration").
+OSCILLATOR_ENV: tuple[EnvVar, ...] = (
+    EnvVar("TIMERS_OSC_INSTANCE", "<host>-<pid>", "id written into every tick's source"),
+    EnvVar("TIMERS_OSC_HEALTH_HOST", "127.0.0.1", "address of /healthz and /metrics"),
+    EnvVar(
+        "TIMERS_OSC_HEALTH_PORT",
+        "8090",
+        "port of /healthz and /metrics; each oscillator on one host needs its own",
+    ),
+    EnvVar(
+        "TIMERS_OSC_STALE_AFTER_S",
+        "5",
+        "/healthz fails when no tick was delivered for this many seconds (more than 1)",
+    ),
+    EnvVar("TIMERS_OSC_METADATA_REFRESH_S", "30", "how often the partition count is re-read, seconds"),
+)
 
 
 def default_instance() -> str:

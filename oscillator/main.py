@@ -1,8 +1,9 @@
 """Entry point: ``timers-oscillator`` or ``python -m oscillator.main``.
 
-Startup order: read the partition count (fail fast on a missing topic), create
-the producer, start the health server, log ``oscillator started``, tick until
-SIGTERM/SIGINT, then flush and exit 0.
+Startup order: parse the command line (``--help``/``--version`` stop there), read
+the partition count (fail fast on a missing topic), create the producer, start the
+health server, log ``oscillator started``, tick until SIGTERM/SIGINT, then flush
+and exit 0.
 """
 
 from __future__ import annotations
@@ -10,12 +11,14 @@ from __future__ import annotations
 import logging
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
+from ktimers.cli import Parser, command_parser, parse_args
+from ktimers.config import SHARED_ENV
 from ktimers.errors import ConfigError, DeliveryError, TimersError
 from ktimers.shutdown import StopFlag
 from oscillator.clock import TickSchedule
-from oscillator.config import OscillatorConfig
+from oscillator.config import OSCILLATOR_ENV, OscillatorConfig
 from oscillator.health import HealthServer, Liveness
 from oscillator.metrics import OscillatorMetrics
 from oscillator.partitions import PartitionWatcher, admin_client, partition_reader
@@ -105,7 +108,17 @@ def run(config: OscillatorConfig, stop: StopFlag) -> int:
     return exit_code
 
 
-def main() -> int:
+def build_parser() -> Parser:
+    return command_parser(
+        "timers-oscillator",
+        "The oscillator: one tick a second to every partition of the oscillator topic, "
+        "until SIGTERM/SIGINT.\nConfigured by the environment only.",
+        [("environment, shared", SHARED_ENV), ("environment, oscillator", OSCILLATOR_ENV)],
+    )
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parse_args(build_parser(), argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     stop = StopFlag()
     stop.install()

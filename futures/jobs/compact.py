@@ -42,7 +42,7 @@ from futures.jobs.logs import LogPlan, decode_event_rows, decode_requests, descr
 from futures.jobs.offsets import consumer_config
 from futures.jobs.outputs import create_fresh_topic, request_records, write_records
 from futures.jobs.retention import EventLoss, EventsLog, KafkaEventsLog, check_events
-from futures.jobs.runner import JobParser, add_spark_arguments, run_main, spark_for, step
+from futures.jobs.runner import add_spark_arguments, job_parser, run_main, spark_for, step
 from futures.jobs.snapshot import SNAPSHOT_COLUMNS, Manifest
 from futures.jobs.versions import ORIGIN_BASE, PENDING, Counts, classify, count
 
@@ -338,10 +338,7 @@ def default_out(now: datetime | None = None) -> str:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = JobParser(
-        prog=PROG,
-        description="Compact the timer-request log into a Parquet snapshot of the pending timers.",
-    )
+    parser = job_parser(PROG, "Compact the timer-request log into a Parquet snapshot of the pending timers.")
     parser.add_argument("--out", help="snapshot directory (default: snapshots/<UTC time>)")
     parser.add_argument(
         "--base", metavar="SNAPSHOT", help="start from this snapshot; read only newer records"

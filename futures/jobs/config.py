@@ -6,7 +6,16 @@ import os
 from dataclasses import dataclass, field
 
 from futures.ingress.limits import DEFAULT_APP_ID, ParseLimits
-from ktimers.config import CommonConfig, Env
+from ktimers.config import CommonConfig, Env, EnvVar
+
+#: What :meth:`JobConfig.from_env` reads besides ``COMMON_ENV`` (README, "Configuration").
+JOB_ENV: tuple[EnvVar, ...] = (
+    EnvVar(
+        "TIMERS_APP_ID",
+        "timers",
+        "the worker's app id: --truncate never deletes requests its consumer group has not committed",
+    ),
+)
 
 
 @dataclass(frozen=True)

@@ -40,10 +40,10 @@ from futures.jobs.offsets import OffsetPlanner
 from futures.jobs.outputs import callback_records, request_records, write_records
 from futures.jobs.runner import (
     INSTANT_ARG_HELP,
-    JobParser,
     UsageError,
     add_spark_arguments,
     instant_ms,
+    job_parser,
     run_main,
     spark_for,
     step,
@@ -233,9 +233,8 @@ def run(spark: SparkSession, config: JobConfig, options: ReplayOptions) -> Repla
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = JobParser(
-        prog=PROG,
-        description="Re-publish pending timers to timer-request, or re-send callbacks due in a window.",
+    parser = job_parser(
+        PROG, "Re-publish pending timers to timer-request, or re-send callbacks due in a window."
     )
     source = parser.add_mutually_exclusive_group(required=True)
     source.add_argument("--snapshot", metavar="PATH", help="replay the pending timers of this snapshot")

@@ -19,7 +19,7 @@ from pyspark.sql import functions as F
 from futures.jobs import compact, snapshot
 from futures.jobs.config import JobConfig
 from futures.jobs.logs import decode_event_rows, plan_log, read_ranges
-from futures.jobs.runner import JobParser, add_spark_arguments, run_main, spark_for, step
+from futures.jobs.runner import add_spark_arguments, job_parser, run_main, spark_for, step
 
 log = logging.getLogger("futures.jobs.report")
 
@@ -181,7 +181,7 @@ def run(spark: SparkSession, config: JobConfig, snapshot_path: str | None, bucke
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = JobParser(prog=PROG, description="Due-time histogram of pending timers and fire lateness.")
+    parser = job_parser(PROG, "Due-time histogram of pending timers and fire lateness.")
     parser.add_argument(
         "--snapshot", metavar="PATH", help="pending timers of this snapshot (default: the log)"
     )

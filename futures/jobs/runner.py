@@ -9,19 +9,19 @@ import sys
 import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
-from typing import NoReturn
 
 from pyspark.errors import PySparkException
 from pyspark.sql import SparkSession
 
 from futures.durations import INSTANT_HELP, parse_instant
+from futures.jobs.config import JOB_ENV
 from futures.jobs.session import SparkSettings, build_session, resolve_master
+from ktimers.cli import EnvGroup, Parser, UsageError, command_parser, fail
+from ktimers.config import COMMON_ENV
 from ktimers.errors import TimersError
 
 #: spark.sql.shuffle.partitions for local masters, unless --shuffle-partitions says otherwise.
 LOCAL_SHUFFLE_PARTITIONS = 8
-
-EXIT_USAGE = 2  # bad arguments, bad input, Kafka unreachable: the user must act
 
 log = logging.getLogger("futures.jobs")
 
@@ -30,15 +30,16 @@ log = logging.getLogger("futures.jobs")
 _OUR_ERROR = re.compile(r"^(?:futures\.jobs\.errors|ktimers\.errors)\.(\w+): (.+)$", re.MULTILINE)
 
 
-class UsageError(Exception):
-    """A command line problem; the message says how to fix it."""
+#: argparse that reports errors as one line (a UsageError) instead of usage plus exit.
+JobParser = Parser
+
+#: What the jobs read from the environment (``--help`` lists it).
+JOB_ENV_GROUPS: list[EnvGroup] = [("environment", COMMON_ENV), ("environment, jobs", JOB_ENV)]
 
 
-class JobParser(argparse.ArgumentParser):
-    """argparse that reports errors as one line instead of usage plus exit."""
-
-    def error(self, message: str) -> NoReturn:
-        raise UsageError(f"{message} (see: {self.prog} --help)")
+def job_parser(prog: str, description: str) -> Parser:
+    """The parser of a job: ``--version``, and ``--help`` listing the environment."""
+    return command_parser(prog, description, JOB_ENV_GROUPS)
 
 
 def add_spark_arguments(parser: argparse.ArgumentParser) -> None:
@@ -118,7 +119,7 @@ def run_main(
         args = parser.parse_args(argv)
     except UsageError as exc:
         return fail(prog, str(exc))
-    except SystemExit as exc:  # --help
+    except SystemExit as exc:  # --help, --version
         return exc.code if isinstance(exc.code, int) else 0
     setup_logging(args.quiet)
     try:
@@ -132,8 +133,3 @@ def run_main(
         raise
     except KeyboardInterrupt:
         return 130
-
-
-def fail(prog: str, message: str) -> int:
-    print(f"{prog}: error: {message}", file=sys.stderr)
-    return EXIT_USAGE

@@ -6,10 +6,23 @@ import os
 import re
 from dataclasses import dataclass, field
 
-from ktimers.config import Env, env_float, env_int
+from ktimers.config import Env, EnvVar, env_float, env_int
 from ktimers.errors import ConfigError
 
 _TOPIC = re.compile(r"[a-zA-Z0-9._-]{1,249}")
+
+#: What :meth:`TaskConfig.from_env` reads (README, "Configuration").
+TASKS_ENV: tuple[EnvVar, ...] = (
+    EnvVar(
+        "TIMERS_TASKS_TOPIC", "timer-tasks", "callback topic of task timers, which the task worker consumes"
+    ),
+    EnvVar("TIMERS_TASKS_DLQ", "timer-tasks-dlq", "calls that cannot run, as they were, with kt-reason"),
+    EnvVar("TIMERS_TASKS_GROUP", "timer-tasks", "consumer group of the task workers"),
+    EnvVar("TIMERS_TASKS_MAX_RETRIES", "3", "retries of a failing task"),
+    EnvVar("TIMERS_TASKS_BACKOFF_S", "1", "delay before the first retry, seconds"),
+    EnvVar("TIMERS_TASKS_BACKOFF_MULTIPLIER", "2", "each retry waits this many times longer than the last"),
+    EnvVar("TIMERS_TASKS_BACKOFF_MAX_S", "300", "longest delay between two attempts, seconds"),
+)
 
 
 @dataclass(frozen=True)

@@ -14,7 +14,6 @@ and a dead letter too large for the producer is cut down to fit
 
 from __future__ import annotations
 
-import argparse
 import importlib
 import logging
 import os
@@ -28,11 +27,12 @@ from confluent_kafka.admin import AdminClient, NewTopic
 from futures.client.guard import TokenGuard
 from futures.ingress.records import SourceRecord
 from futures.tasks.codec import TaskCall
-from futures.tasks.config import TaskConfig
+from futures.tasks.config import TASKS_ENV, TaskConfig
 from futures.tasks.errors import TaskError, UnschedulableRetry
 from futures.tasks.registry import TaskRegistry
 from futures.tasks.runner import DeadLetter, TaskRunner
-from ktimers.config import CommonConfig
+from ktimers.cli import Parser, command_parser, parse_args
+from ktimers.config import SHARED_ENV, CommonConfig
 from ktimers.deadletter import dead_letter, short
 from ktimers.errors import DeliveryError, TimersError
 from ktimers.shutdown import StopFlag
@@ -243,10 +243,18 @@ def load_registry(spec: str) -> TaskRegistry:
     return registry
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="timers-tasks", description=__doc__.splitlines()[0])
+def build_parser() -> Parser:
+    parser = command_parser(
+        "timers-tasks",
+        "The task worker: consumes task calls and runs the tasks registered in MODULE.",
+        [("environment, shared", SHARED_ENV), ("environment, tasks", TASKS_ENV)],
+    )
     parser.add_argument("registry", help="MODULE[:ATTR] defining the TaskRegistry (ATTR default: tasks)")
-    args = parser.parse_args(argv)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = parse_args(build_parser(), argv)
     logging.basicConfig(
         level=os.environ.get("TIMERS_LOG_LEVEL", "info").upper(),
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",

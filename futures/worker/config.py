@@ -10,7 +10,17 @@ from functools import cached_property
 from pathlib import Path
 
 from futures.ingress.limits import DEFAULT_APP_ID, DEFAULT_DENIED_CALLBACK_TOPICS, ParseLimits
-from ktimers.config import CommonConfig, Env, Secret, env_bool, env_choice, env_float, env_int
+from ktimers.config import (
+    NO_DEFAULT,
+    CommonConfig,
+    Env,
+    EnvVar,
+    Secret,
+    env_bool,
+    env_choice,
+    env_float,
+    env_int,
+)
 from ktimers.errors import ConfigError
 
 TABLE_NAME = "timers"
@@ -19,6 +29,56 @@ TABLE_NAME = "timers"
 #: ``kt-*`` callback headers and record framing. The worker's producer accepts
 #: records up to ``max_payload_bytes`` plus this (``message.max.bytes``).
 RECORD_ALLOWANCE_BYTES = 16 * 1024
+
+
+#: What :meth:`WorkerConfig.from_env` reads besides ``COMMON_ENV`` (README, "Configuration").
+WORKER_ENV: tuple[EnvVar, ...] = (
+    EnvVar(
+        "TIMERS_APP_ID",
+        DEFAULT_APP_ID,
+        "Faust app id = consumer group; prefixes the changelog topic; callback topics <app-id>-* are refused",
+    ),
+    EnvVar("TIMERS_DATA_DIR", "data", "RocksDB tables (rebuilt from the changelog if lost)"),
+    EnvVar(
+        "TIMERS_WEB_HOST", "127.0.0.1", "address of /metrics, /healthz, /readyz and the admin page and API"
+    ),
+    EnvVar("TIMERS_WEB_PORT", "6066", "port of the same"),
+    EnvVar(
+        "TIMERS_LATE_POLICY",
+        "fire",
+        "requests already due fire on arrival; beyond TIMERS_MAX_LATENESS_S, drop or dlq them instead",
+    ),
+    EnvVar("TIMERS_MAX_LATENESS_S", "3600", "see TIMERS_LATE_POLICY, seconds"),
+    EnvVar("TIMERS_CLOCK_TOLERANCE_MS", "500", "how far a tick may be ahead of the worker clock"),
+    EnvVar(
+        "TIMERS_ALLOWED_CALLBACK_TOPICS", "any", "comma-separated fnmatch patterns, e.g. orders-*,reminders"
+    ),
+    EnvVar(
+        "TIMERS_DENIED_CALLBACK_TOPICS",
+        ",".join(DEFAULT_DENIED_CALLBACK_TOPICS),
+        "fnmatch patterns refused as callback topics; empty allows them. "
+        "The service's own topics, __* and <app-id>-* are always refused",
+    ),
+    EnvVar(
+        "TIMERS_MAX_PAYLOAD_BYTES",
+        "1000000",
+        "largest timer as stored; larger requests are dead-lettered payload-too-large",
+    ),
+    EnvVar("TIMERS_MAX_DUE_AHEAD_S", "0 (none)", "timers due further ahead are dead-lettered"),
+    EnvVar("TIMERS_INGEST_BATCH_SIZE", "2000", "request records per ingest step"),
+    EnvVar("TIMERS_FIRE_CHUNK_SIZE", "20000", "timers dispatched per flush; bounds duplicates after a crash"),
+    EnvVar("TIMERS_PRECISE", "0", "1: send each timer at its own millisecond instead of at the next tick"),
+    EnvVar(
+        "TIMERS_ADMIN_TOKEN",
+        f"{NO_DEFAULT} (read-only)",
+        "bearer token for the admin API's cancel and reschedule; 16+ characters",
+    ),
+    EnvVar(
+        "TIMERS_ADMIN_STALL_AFTER_S",
+        "5",
+        "the admin page shows a partition red when its clock is this far behind, seconds",
+    ),
+)
 
 
 class LatePolicy(enum.Enum):

@@ -1,0 +1,55 @@
+"""Wires one worker together: the Faust app, the timer store, the engine, the writer and the views.
+
+Kept apart from :mod:`futures.worker.main` so that ``timers-worker --help`` answers
+without importing Faust (about a second).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import faust
+from confluent_kafka import Producer
+
+from futures.worker import fetch
+from futures.worker.agents import register_agents
+from futures.worker.app import create_app
+from futures.worker.config import WorkerConfig
+from futures.worker.destinations import CallbackTopics
+from futures.worker.engine import TimerEngine
+from futures.worker.gaps import KafkaGapReader
+from futures.worker.kafka import KafkaWriter, producer_config
+from futures.worker.metrics import WorkerMetrics
+from futures.worker.web import register_views
+
+
+def build(config: WorkerConfig, partitions: int) -> tuple[faust.App, TimerEngine]:
+    fetch.install()  # a header key that is not UTF-8 must not stop the consumer
+    timers = create_app(config, partitions)
+    store = timers.store
+    metrics = WorkerMetrics()
+    metrics.watch_tables(store.open_partitions)
+    producer = Producer(producer_config(config.common.kafka, config.max_record_bytes))
+    writer = KafkaWriter(producer, config.max_record_bytes)
+    callback_topics = CallbackTopics.of_producer(producer)
+    engine = TimerEngine(
+        config,
+        store.partition,
+        writer,
+        metrics,
+        owns=store.owns,
+        lock=store.lock,
+        gaps=KafkaGapReader(config.common.kafka),
+        callback_topics=callback_topics,
+    )
+    register_agents(timers.app, engine, config)
+    register_views(timers.app, metrics, store, config, engine.status, writer)
+
+    # mode types receivers with a positional-only sender that no def can spell.
+    @timers.app.on_before_shutdown.connect  # type: ignore[arg-type]
+    def flush_on_shutdown(sender: Any, *args: Any, signal: Any, **kwargs: Any) -> None:
+        # Each engine step flushes before it returns; this catches a step cut short.
+        writer.close()
+        callback_topics.close()
+
+    return timers.app, engine
