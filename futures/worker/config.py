@@ -78,6 +78,14 @@ WORKER_ENV: tuple[EnvVar, ...] = (
         "5",
         "the admin page shows a partition red when its clock is this far behind, seconds",
     ),
+    EnvVar(
+        "TIMERS_INSTANCE_ID",
+        f"{NO_DEFAULT} (dynamic membership)",
+        "static group membership: a name stable across restarts, unique in the group (the pod name)",
+    ),
+    EnvVar("TIMERS_SESSION_TIMEOUT_S", "6 (embedded: 6)", "consumer group session timeout, seconds"),
+    EnvVar("TIMERS_HEARTBEAT_S", "1 (embedded: 0.5)", "heartbeat interval, seconds"),
+    EnvVar("TIMERS_REBALANCE_TIMEOUT_S", "20 (embedded: 6)", "rebalance timeout, seconds"),
 )
 
 
