@@ -10,6 +10,7 @@ import ssl
 from dataclasses import dataclass
 
 import faust
+from faust.tables import TableManager
 from faust.types import TableT
 
 from futures.worker.config import TABLE_NAME, WorkerConfig
@@ -27,6 +28,21 @@ class TimersApp:
         store = self.table.data
         assert isinstance(store, TimerStore)  # noqa: S101 - set by create_app
         return store
+
+
+class PromptTableManager(TableManager):
+    """Faust's table manager without its one-second sleep before the first subscription.
+
+    Faust sleeps so that tables declared while the worker starts are registered
+    before it subscribes; ours is declared in :func:`create_app`, before. The
+    second went straight into every start's time to its group join, and so into
+    a restarted worker's silence.
+    """
+
+    async def on_start(self) -> None:
+        if not self.should_stop:
+            await self._update_channels()
+            await self.recovery.start()
 
 
 def _broker_url(kafka: KafkaConfig, scheme: str = "kafka") -> str:
@@ -88,6 +104,7 @@ def create_app(config: WorkerConfig, partitions: int) -> TimersApp:
         table_standby_replicas=0,
         # Topics are created by `timers topics create`; Faust only adds its changelog.
         topic_allow_declare=True,
+        TableManager=PromptTableManager,
     )
     table = app.Table(
         TABLE_NAME,

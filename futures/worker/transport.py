@@ -25,6 +25,11 @@
    membership, co-partitioned assignment and changelog recovery (changelog
    records still take its path).
 
+4. **A restart removes its dead incarnation from the group** (dynamic membership
+   only): the consumer thread records its member id in the data dir whenever it
+   joins and, once started, sends a LeaveGroup for the recorded one before the
+   first join. See :mod:`futures.worker.membership`.
+
 Registered as ``faust.transports`` entry points: ``timers://`` (any Kafka) and
 ``tansu://`` (the embedded broker profile).
 """
@@ -35,6 +40,7 @@ import logging
 import weakref
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import faust
@@ -42,6 +48,7 @@ from faust.transport.drivers import aiokafka as faust_aiokafka
 from faust.types import TP, Message
 
 from futures.ingress.records import SourceRecord
+from futures.worker import membership
 from futures.worker.store import TimerStore
 
 log = logging.getLogger(__name__)
@@ -90,7 +97,34 @@ def _records(batches: Iterable[tuple[TP, list[Any]]]) -> list[SourceRecord]:
 EMBEDDED_FETCH_MAX_WAIT_MS = 100
 
 
+class TimerConsumerThread(faust_aiokafka.AIOKafkaConsumerThread):
+    """Faust's consumer thread, with the member id kept in the data dir (docstring, 4)."""
+
+    def _dynamic_membership(self) -> bool:
+        return self.app.conf.consumer_group_instance_id is None
+
+    async def on_start(self) -> None:
+        await super().on_start()  # creates and starts the aiokafka consumer: not yet subscribed
+        if self._dynamic_membership():
+            await membership.leave_previous(self._ensure_consumer(), Path(self.app.conf.datadir))
+
+    async def on_partitions_assigned(self, assigned: set[TP], generation_id: int = 0) -> None:
+        if self._dynamic_membership():
+            coordinator = self._ensure_consumer()._coordinator
+            try:
+                membership.write_member(
+                    Path(self.app.conf.datadir),
+                    membership.Membership(coordinator.group_id, coordinator.member_id),
+                )
+            except OSError as exc:  # only a restart's speed depends on it
+                log.warning("could not record the consumer's member id: %r", exc)
+        await super().on_partitions_assigned(assigned, generation_id)
+
+
 class TimerConsumer(faust_aiokafka.Consumer):
+    def _new_consumer_thread(self) -> TimerConsumerThread:
+        return TimerConsumerThread(self, loop=self.loop, beacon=self.beacon)
+
     async def seek_to_committed(self) -> Mapping[TP, int]:
         positions = dict(await super().seek_to_committed())
         assignment = self.assignment()
@@ -186,7 +220,7 @@ class TimerTransport(faust_aiokafka.Transport):
     Consumer = TimerConsumer
 
 
-class ShortFetchConsumerThread(faust_aiokafka.AIOKafkaConsumerThread):
+class ShortFetchConsumerThread(TimerConsumerThread):
     def _create_worker_consumer(self, transport: Any) -> Any:
         consumer = super()._create_worker_consumer(transport)
         # aiokafka hands this to its Fetcher in start(), which has not run yet.
