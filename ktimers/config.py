@@ -73,8 +73,10 @@ class ProfileSettings:
     The embedded values are workarounds measured in ../shared/STACK.md:
 
     * ``session_timeout_s``/``heartbeat_s``/``rebalance_timeout_s``: aiokafka never
-      sends LeaveGroup to Tansu, so a restarted worker waits a whole session
-      timeout; short timeouts keep restarts to seconds.
+      sends LeaveGroup to Tansu, so a dead worker's member stays until its session
+      expires (a restarted worker removes its own at start:
+      ``futures/worker/membership.py``); Tansu holds every join for half the
+      session timeout. Short timeouts keep failover to seconds.
     * ``replication_factor``: Tansu has one broker.
     * ``short_fetch_wait``: Tansu holds a fetch for its full max wait even when
       data arrives (Faust's is 1.5 s, which delayed ticks); the worker consumes
