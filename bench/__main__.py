@@ -1,4 +1,4 @@
-"""``python -m bench [--profile smoke|quick|full]``: measure, then write the report."""
+"""``python -m bench [--profile smoke|quick|full] [--repeat N]``: measure, then write the report."""
 
 from __future__ import annotations
 
@@ -27,19 +27,27 @@ def main(argv: list[str] | None = None) -> int:
         help="where BENCHMARKS.md and bench/*.png go (default: docs)",
     )
     parser.add_argument(
+        "--repeat",
+        type=int,
+        default=1,
+        help="run every measurement N times; the report gives the median and the spread (default: 1)",
+    )
+    parser.add_argument(
         "--work", type=Path, default=None, help="logs, raw arrivals, worker data (default: run/bench-<time>)"
     )
     args = parser.parse_args(argv)
+    if args.repeat < 1:
+        parser.error("--repeat must be at least 1")
     work = args.work or REPO / "run" / f"bench-{time.strftime('%Y%m%d-%H%M%S')}"
     command = "python -m bench " + " ".join(
         shlex.quote(a) for a in (argv if argv is not None else sys.argv[1:])
     )
-    results, path = run(PROFILES[args.profile], args.out, work, command.strip())
-    print(f"report: {path} ({results.duration_s / 60:.1f} min); logs and raw data: {work}", flush=True)
-    if results.errors:
-        print(
-            f"{len(results.errors)} measurement(s) failed: see the report's Errors section", file=sys.stderr
-        )
+    runs, path = run(PROFILES[args.profile], args.out, work, command.strip(), args.repeat)
+    minutes = sum(r.duration_s for r in runs) / 60
+    print(f"report: {path} ({minutes:.1f} min); logs and raw data: {work}", flush=True)
+    errors = sum(len(r.errors) for r in runs)
+    if errors:
+        print(f"{errors} measurement(s) failed: see the report's Errors section", file=sys.stderr)
         return 1
     return 0
 

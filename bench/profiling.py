@@ -8,6 +8,7 @@ are running, so the shares are of CPU time, not of wall time.
 from __future__ import annotations
 
 import contextlib
+import os
 import shutil
 import signal
 import subprocess
@@ -18,7 +19,8 @@ from pathlib import Path
 
 from bench.results import ProfileSummary
 
-RATE_HZ = 50
+#: Samples per second; ``BENCH_PYSPY_HZ`` raises it for a closer look at one phase.
+RATE_HZ = int(os.environ.get("BENCH_PYSPY_HZ", "50"))
 TOP = 8
 #: Frames of our code: py-spy names files relative to the repository, as `f (path:line)`.
 OUR_PACKAGES = ("(futures/", "(ktimers/")

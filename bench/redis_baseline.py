@@ -11,9 +11,11 @@ The common "delayed messages with Redis" design, written to be fast, not a straw
   worker's settings) → flush → one ``ZREM`` of the whole chunk; repeat until a
   chunk comes back short. Deleting after the flush makes it at-least-once, like
   ours. Replies are parsed by hiredis.
-* Redis runs from Debian's ``redis-server`` on 127.0.0.1, a free port, no
-  persistence (no RDB, no AOF): the fastest it can be, and not durable — which the
-  report says.
+* Redis runs from Debian's ``redis-server`` on 127.0.0.1, a free port, in one of two
+  setups: without persistence (no RDB, no AOF: the fastest it can be, and not
+  durable), or durable with an append-only file fsynced every second
+  (``--appendonly yes --appendfsync everysec``, in its own temporary directory), the
+  fair comparison for a durable service: a crash loses at most the last second.
 
 Callbacks carry the same ``kt-id``, ``kt-due-ms`` and ``kt-fired-ms`` headers as ours,
 so one collector measures both.
@@ -27,6 +29,7 @@ import math
 import shutil
 import subprocess
 import sys
+import tempfile
 import time
 import uuid
 from collections.abc import Iterator, Sequence
@@ -35,9 +38,9 @@ from pathlib import Path
 import redis
 from confluent_kafka import Producer
 
-from bench.cluster import REPO, BenchError, Broker, exit_with_parent, tree_rss_bytes
+from bench.cluster import REPO, BenchError, Broker, disk_bytes, exit_with_parent, tree_rss_bytes
 from bench.fire import FireContext, scheduled
-from bench.results import REDIS, Capacity
+from bench.results import REDIS, REDIS_AOF, Capacity
 from bench.sampler import Sampler
 from bench.workload import PAYLOAD, UNFIRED_TOPIC, callback_key, far_future, load
 from futures.worker.kafka import producer_config
@@ -68,14 +71,28 @@ def redis_version() -> str:
     return out.stdout.strip()
 
 
-class RedisServer:
-    """A private ``redis-server`` on 127.0.0.1 without persistence; stopped by :meth:`stop`."""
+#: ``redis-server`` settings of the durable setup: every write appended to a file that is
+#: fsynced once a second (no RDB snapshots, which would add fork pauses).
+DURABLE_ARGS = ("--appendonly", "yes", "--appendfsync", "everysec")
 
-    def __init__(self, work_dir: Path) -> None:
+
+class RedisServer:
+    """A private ``redis-server`` on 127.0.0.1; stopped (and its AOF directory removed) by :meth:`stop`.
+
+    ``durable``: append-only file, fsync every second, in a fresh temporary directory;
+    otherwise no persistence at all.
+    """
+
+    def __init__(self, work_dir: Path, *, durable: bool = False) -> None:
         self.port = free_port()
-        argv = [redis_server_binary(), "--bind", "127.0.0.1", "--port", str(self.port)]
-        argv += ["--save", "", "--appendonly", "no", "--dir", str(work_dir), "--daemonize", "no"]
-        with open(work_dir / "redis.log", "ab") as log:
+        self.durable = durable
+        #: Where the AOF lives (its own directory under the system's temporary path).
+        self.data_dir = Path(tempfile.mkdtemp(prefix="bench-redis-aof-")) if durable else work_dir
+        argv = [redis_server_binary(), "--bind", "127.0.0.1", "--port", str(self.port), "--save", ""]
+        argv += list(DURABLE_ARGS) if durable else ["--appendonly", "no"]
+        argv += ["--dir", str(self.data_dir), "--daemonize", "no"]
+        log_name = "redis-aof.log" if durable else "redis.log"
+        with open(work_dir / log_name, "ab") as log:
             self.process = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT)  # noqa: S603
         try:
             wait_for_port("127.0.0.1", self.port, timeout_s=15)
@@ -102,6 +119,8 @@ class RedisServer:
             except subprocess.TimeoutExpired:
                 self.process.kill()
                 self.process.wait()
+        if self.durable:
+            shutil.rmtree(self.data_dir, ignore_errors=True)
 
 
 def member(topic: str, index: int, due_ms: int) -> bytes:
@@ -139,9 +158,8 @@ class RedisScheduler:
 class RedisDesign:
     """Redis + its poller process, for the fire workloads (:class:`bench.fire.System`)."""
 
-    name = REDIS
-
     def __init__(self, server: RedisServer, poller: subprocess.Popen[bytes], load_rate: float) -> None:
+        self.name = REDIS_AOF if server.durable else REDIS
         self.server, self.poller = server, poller
         self._accepted = [0]
         self._load_rate = load_rate
@@ -172,13 +190,16 @@ def measure_zadd_rate(server: RedisServer, count: int) -> float:
 
 
 @contextlib.contextmanager
-def redis_design(broker: Broker, work_dir: Path) -> Iterator[RedisDesign]:
-    """Redis and its poller, started and stopped around the block."""
-    server = RedisServer(work_dir)
+def redis_design(broker: Broker, work_dir: Path, *, durable: bool, zadd_count: int) -> Iterator[RedisDesign]:
+    """Redis (durable or not) and its poller, started and stopped around the block.
+
+    Measures the ZADD rate with ``zadd_count`` timers first (the design's ingest).
+    """
+    server = RedisServer(work_dir, durable=durable)
     poller: subprocess.Popen[bytes] | None = None
     try:
-        rate = measure_zadd_rate(server, 20_000)
-        with open(work_dir / "redis-poller.log", "ab") as log:
+        rate = measure_zadd_rate(server, zadd_count)
+        with open(work_dir / f"{'redis-aof' if durable else 'redis'}-poller.log", "ab") as log:
             poller = subprocess.Popen(  # noqa: S603 - our interpreter and module
                 [sys.executable, "-m", "bench.redis_baseline", str(server.port)],
                 env=broker.child_env(),
@@ -212,15 +233,17 @@ def capacity(design: RedisDesign, ctx: FireContext, *, pending: int, hot: int) -
     load_seconds = time.monotonic() - started
     rss_after = server.rss_bytes()
     result = Capacity(
-        system=REDIS,
+        system=design.name,
         pending=pending,
         rss_before=rss_before,
         rss_peak=int(max(rss.peak, rss_after)),
         rss_after=rss_after,
-        disk_bytes=0,
+        disk_bytes=disk_bytes(server.data_dir) if server.durable else 0,
         load_seconds=load_seconds,
         used_memory_delta=server.used_memory() - used_before,
-        notes=["no persistence configured: nothing on disk, and a restart loses every timer"],
+        notes=[]
+        if server.durable
+        else ["no persistence configured: nothing on disk, and a restart loses every timer"],
     )
     result.hot = scheduled(ctx, design, "capacity-hot", hot, 1.0, 0.1)
     return result

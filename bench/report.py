@@ -1,7 +1,14 @@
-"""``docs/BENCHMARKS.md`` and its plots, from one run's :class:`Results`."""
+"""``docs/BENCHMARKS.md`` and its plots, from the :class:`Results` of one or more runs.
+
+With several runs every figure is the median over the runs, followed by its spread
+(min–max); a ratio is computed inside each run, then the median taken. Plots of
+distributions and rates over time show the first run; the hot-second plot shows all.
+"""
 
 from __future__ import annotations
 
+import json
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import matplotlib
@@ -11,12 +18,20 @@ matplotlib.use("Agg")  # files only: no display on CI or servers
 import matplotlib.pyplot as plt  # noqa: E402 - after choosing the backend
 import numpy as np  # noqa: E402
 
+from bench.aggregate import Getter, Spread, of_fire, percent, rate, ratio, spread  # noqa: E402
+from bench.aggregate import ms as _ms  # noqa: E402
 from bench.collector import FETCH_WAIT_MS  # noqa: E402
-from bench.results import OURS, REDIS, Capacity, Fire, Results  # noqa: E402
+from bench.redis_baseline import DURABLE_ARGS  # noqa: E402
+from bench.results import OURS, REDIS, REDIS_AOF, REDIS_SYSTEMS, Capacity, Fire, Results, plain  # noqa: E402
 from bench.targets import MISSED, evaluate  # noqa: E402
 
 PLOT_DIR = "bench"
-COLORS = {OURS: "tab:blue", REDIS: "tab:red"}
+COLORS = {OURS: "tab:blue", REDIS: "tab:red", REDIS_AOF: "tab:orange"}
+#: In plots, our precise mode apart from our second mode.
+PRECISE_COLOR = "tab:green"
+HOT_PLOT = "hot-second.png"
+#: Buckets of the hot-second plot (seconds).
+HOT_BUCKET_S = 0.1
 WHY_REDIS_AHEAD = {
     "ingest": "a ZADD is one in-memory write acknowledged by Redis, with nothing made durable; a timer "
     "request goes through Kafka, a Faust consumer, RocksDB and a changelog write before it counts as "
@@ -33,16 +48,7 @@ WHY_REDIS_AHEAD = {
 SLOW_DISPATCH_MS = 200.0
 
 
-def _rate(value: float) -> str:
-    return f"{value:,.0f}/s" if value else "—"
-
-
-def _ratio(value: float, ceiling: float | None) -> str:
-    return f"{100 * value / ceiling:.1f} %" if ceiling and value else "—"
-
-
-def _ms(value: float) -> str:
-    return "—" if value != value else f"{value:,.0f}"
+Runs = Sequence[Results]
 
 
 def _mb(value: float) -> str:
@@ -53,98 +59,184 @@ def _workload_title(fire: Fire) -> str:
     name = fire.workload
     if name == "hot-second":
         return f"hot second ({fire.timers:,} timers due in one second)"
+    if name == "precise-hot-second":
+        return f"precise hot second ({fire.timers:,} timers due in one second)"
     if name == "capacity-hot":
         return f"hot second at capacity ({fire.timers:,} due)"
     if name == "spread":
         offered = f" = {fire.timers / fire.window_s:,.0f}/s" if fire.window_s else ""
         return f"spread ({fire.timers:,} timers over {fire.window_s:g} s{offered})"
-    kind, _, rate = name.partition("-")
-    return f"{kind} {int(rate):,}/s for {fire.window_s:g} s ({fire.timers:,} timers)"
+    kind, _, per_s = name.partition("-")
+    return f"{kind} {int(per_s):,}/s for {fire.window_s:g} s ({fire.timers:,} timers)"
 
 
-def throughput_table(r: Results) -> list[str]:
-    ceiling = r.ceiling.rate if r.ceiling else None
+def _first_fire(runs: Runs, system: str, workload: str) -> Fire | None:
+    return next((f for r in runs if (f := r.fire(system, workload)) is not None), None)
+
+
+def _ceiling(r: Results) -> float | None:
+    return r.ceiling.rate if r.ceiling else None
+
+
+def _rate_and_share(runs: Runs, get: Getter) -> list[str]:
+    """Two cells: the rate, and its share of the same run's ceiling."""
+    rates = spread(runs, get)
+    if not rates.known:
+        return ["—", "—"]
+    return [rates.show(rate), spread(runs, ratio(get, _ceiling)).show(percent)]
+
+
+def _ingest_rate(path: str) -> Getter:
+    def get(r: Results) -> float | None:
+        ing = r.ingest_of(path)
+        return ing.rate if ing and ing.available and ing.rate else None
+
+    return get
+
+
+def throughput_table(runs: Runs) -> list[str]:
     rows = [
-        "| measurement | kafka-timers | ratio to ceiling | redis-zset | ratio to ceiling |",
-        "|---|---|---|---|---|",
+        "| measurement | kafka-timers | ratio to ceiling | redis-zset (in memory) | ratio to ceiling | "
+        "redis-zset-aof (durable) | ratio to ceiling |",
+        "|---|---|---|---|---|---|---|",
     ]
-    if r.ceiling:
-        rows.append(f"| ceiling: consume → produce pass-through ({r.ceiling.count:,} records) | "
-                    f"{_rate(r.ceiling.rate)} | 100 % | | |")  # fmt: skip
-    if r.floor:
-        rows.append(f"| Faust floor: bare agent draining the requests ({r.floor.count:,}) | "
-                    f"{_rate(r.floor.rate)} | {_ratio(r.floor.rate, ceiling)} | | |")  # fmt: skip
-    for ing in r.ingest:
+    blank = ["", "", "", ""]
+    first = runs[0]
+    if any(r.ceiling for r in runs):
+        count = next(r.ceiling.count for r in runs if r.ceiling)
+        cells = [spread(runs, _ceiling).show(rate), "100 %", *blank]
+        rows.append(f"| ceiling: consume → produce pass-through ({count:,} records) | {' | '.join(cells)} |")
+    if any(r.floor for r in runs):
+        count = next(r.floor.count for r in runs if r.floor)
+        floor: Getter = lambda r: r.floor.rate if r.floor else None  # noqa: E731
+        cells = [*_rate_and_share(runs, floor), *blank]
+        rows.append(f"| Faust floor: bare agent draining the requests ({count:,}) | {' | '.join(cells)} |")
+    for ing in first.ingest:
         what = "one `Future` per record" if ing.path == "single" else "batched records (`schedule_many`)"
-        if ing.available and ing.rate:
-            ours = f"{_rate(ing.rate)}"
-            ratio = _ratio(ing.rate, ceiling)
-        else:
-            ours, ratio = (ing.note or "not available"), "—"
-        zadd = r.redis_zadd_rate if ing.path == "batched" else 0.0
-        theirs = f"{_rate(zadd)} (pipelined ZADD) | {_ratio(zadd, ceiling)}" if zadd else " | "
-        rows.append(f"| ingest, {what} ({ing.timers:,} timers) | {ours} | {ratio} | {theirs} |")
+        ours = _rate_and_share(runs, _ingest_rate(ing.path))
+        if ours[0] == "—":
+            ours = [ing.note or "not available", "—"]
+        cells = list(ours)
+        for system in REDIS_SYSTEMS:
+            zadd: Getter = lambda r, s=system: r.zadd_rates.get(s)  # type: ignore[misc]  # noqa: E731
+            if ing.path == "batched" and spread(runs, zadd).known:
+                pair = _rate_and_share(runs, zadd)
+                cells += [pair[0] + " (pipelined ZADD)", pair[1]]
+            else:
+                cells += ["", ""]
+        rows.append(f"| ingest, {what} ({ing.timers:,} timers) | {' | '.join(cells)} |")
     for workload in ("hot-second", "spread", "capacity-hot"):
-        pair = (r.fire(OURS, workload), r.fire(REDIS, workload))
-        known = [f for f in pair if f is not None]
+        known = [f for s in (OURS, *REDIS_SYSTEMS) if (f := _first_fire(runs, s, workload))]
         if not known:
             continue
-        title = _workload_title(known[0])
         cells = []
-        for fire in pair:
-            cells += [_rate(fire.fire_rate), _ratio(fire.fire_rate, ceiling)] if fire else ["—", "—"]
-        rows.append(f"| fire, {title} | {' | '.join(cells)} |")
+        for system in (OURS, *REDIS_SYSTEMS):
+            cells += _rate_and_share(runs, of_fire(system, workload, lambda f: f.fire_rate))
+        rows.append(f"| fire, {_workload_title(known[0])} | {' | '.join(cells)} |")
     return rows
 
 
-def lateness_table(r: Results) -> list[str]:
+def _pairs(runs: Runs) -> list[tuple[str, str]]:
+    """(system, workload) of every fire in any run, in the order measured."""
+    return list(dict.fromkeys((f.system, f.workload) for r in runs for f in r.fires))
+
+
+def lateness_table(runs: Runs) -> list[str]:
     rows = [
         "| workload | system | received | p50 ms | p99 ms | max ms | early | p99 at dispatch ms |",
         "|---|---|---|---|---|---|---|---|",
     ]
-    for fire in r.fires:
-        late = fire.lateness
-        rows.append(
-            f"| {_workload_title(fire)} | {fire.system} | {late.received:,} of {late.expected:,} | "
-            f"{_ms(late.p50_ms)} | {_ms(late.p99_ms)} | {_ms(late.max_ms)} | {late.early} | "
-            f"{_ms(late.fired_p99_ms)} |"
-        )
+    for system, workload in _pairs(runs):
+        fires = [f for r in runs if (f := r.fire(system, workload)) is not None]
+        late = [f.lateness for f in fires]
+        cells = [
+            f"{sum(x.received for x in late):,} of {sum(x.expected for x in late):,}",
+            *(
+                spread(runs, of_fire(system, workload, get)).show(_ms)
+                for get in (
+                    lambda f: f.lateness.p50_ms,
+                    lambda f: f.lateness.p99_ms,
+                    lambda f: f.lateness.max_ms,
+                )
+            ),
+            str(sum(x.early for x in late)),
+            spread(runs, of_fire(system, workload, lambda f: f.lateness.fired_p99_ms)).show(_ms),
+        ]
+        rows.append(f"| {_workload_title(fires[0])} | {system} | {' | '.join(cells)} |")
     return rows
 
 
-def capacity_table(r: Results) -> list[str]:
+def precise_table(runs: Runs) -> list[str]:
+    """Precise mode at dispatch (``kt-fired-ms`` − due) and at the receiver (receive − ``kt-due-ms``)."""
+    rows = [
+        "| workload | at dispatch p50 ms | p99 ms | max ms | at the receiver p50 ms | p99 ms | max ms |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for system, workload in _pairs(runs):
+        if system != OURS or not workload.startswith("precise"):
+            continue
+        fire = _first_fire(runs, system, workload)
+        assert fire is not None  # noqa: S101 - listed by _pairs
+        cells = [
+            spread(runs, of_fire(system, workload, get)).show(_ms)
+            for get in (
+                lambda f: f.lateness.fired_p50_ms,
+                lambda f: f.lateness.fired_p99_ms,
+                lambda f: f.lateness.fired_max_ms,
+                lambda f: f.lateness.p50_ms,
+                lambda f: f.lateness.p99_ms,
+                lambda f: f.lateness.max_ms,
+            )
+        ]
+        rows.append(f"| {_workload_title(fire)} | {' | '.join(cells)} |")
+    return rows if len(rows) > 2 else []
+
+
+def capacity_table(runs: Runs) -> list[str]:
     rows = [
         "| system | pending | memory before → peak → after | memory per pending timer | disk | "
         "disk per timer | load time |",
         "|---|---|---|---|---|---|---|",
     ]
-    for cap in r.capacity:
-        rows.append(
-            f"| {cap.system} | {cap.pending:,} | {_mb(cap.rss_before)} → {_mb(cap.rss_peak)} → "
-            f"{_mb(cap.rss_after)} | {_per_timer(cap)} | {_mb(cap.disk_bytes)} | "
-            f"{cap.disk_per_timer:,.0f} B | {cap.load_seconds:,.1f} s |"
-        )
+    systems = list(dict.fromkeys(c.system for r in runs for c in r.capacity))
+    for system in systems:
+        caps = [c for r in runs if (c := r.capacity_of(system)) is not None]
+
+        def of(read: Callable[[Capacity], float], system: str = system) -> Spread:
+            def get(run: Results) -> float | None:
+                cap = run.capacity_of(system)
+                return read(cap) if cap is not None else None
+
+            return spread(runs, get)
+
+        memory = " → ".join(of(read).show(_mb) for read in (
+            lambda c: c.rss_before, lambda c: c.rss_peak, lambda c: c.rss_after))  # fmt: skip
+        how = "used_memory" if caps[0].used_memory_delta is not None else "RSS growth"
+        cells = [
+            of(lambda c: c.pending).show(lambda v: f"{v:,.0f}"),
+            memory,
+            f"{of(lambda c: c.memory_per_timer).show(lambda v: f'{v:,.0f} B')} ({how})",
+            of(lambda c: c.disk_bytes).show(_mb),
+            of(lambda c: c.disk_per_timer).show(lambda v: f"{v:,.0f} B"),
+            of(lambda c: c.load_seconds).show(lambda v: f"{v:,.1f} s"),
+        ]
+        rows.append(f"| {system} | {' | '.join(cells)} |")
     return rows
 
 
-def _per_timer(cap: Capacity) -> str:
-    how = "used_memory" if cap.used_memory_delta is not None else "RSS growth"
-    return f"{cap.memory_per_timer:,.0f} B ({how})"
-
-
-def targets_section(r: Results) -> list[str]:
-    rows = ["| target | measured | verdict |", "|---|---|---|"]
-    profiled = {p.phase: p for p in r.profiles}
+def targets_section(runs: Runs) -> list[str]:
+    rows = ["| target (issue 11) | measured | verdict |", "|---|---|---|"]
+    profiled = {p.phase: p for p in runs[0].profiles}
     missed_profiles = []
-    for v in evaluate(r):
+    for v in evaluate(runs):
         verdict = v.status + (f", {v.gap}" if v.gap else "")
         rows.append(f"| {v.target} | {v.measured} | **{verdict}** |")
         if v.status == MISSED and v.phase in profiled and profiled[v.phase].top_self:
             missed_profiles.append((v.target, profiled[v.phase]))
     lines = rows
     if missed_profiles:
-        lines += ["", "Where the worker's CPU went during the missed targets (py-spy):", ""]
-        for target, prof in missed_profiles:
+        lines += ["", "Where the worker's CPU went during the missed targets (py-spy, run 1):", ""]
+        for target, prof in dict((p.phase, (t, p)) for t, p in missed_profiles).values():
             top = "; ".join(f"`{fn}` {pct:.0f} %" for fn, pct in prof.top_self[:4])
             ours = "; ".join(f"`{fn}` {pct:.0f} %" for fn, pct in prof.top_ours[:4])
             lines.append(f"- {target} — phase `{prof.phase}`: own time {top}; our code on the stack {ours}")
@@ -156,41 +248,54 @@ def _clearly_more(a: float, b: float, floor: float = 0.0) -> bool:
     return a - b > max(0.05 * abs(b), floor)
 
 
-def redis_ahead_section(r: Results) -> list[str]:
-    """Where the baseline beats us by more than noise, with the reason."""
+def redis_ahead_section(runs: Runs) -> list[str]:
+    """Where a Redis design beats us (medians) by more than noise, with the reason."""
     lines = []
-    zadd = r.redis_zadd_rate
-    batched = r.ingest_of("batched")
-    best_ingest = max((i.rate for i in r.ingest if i.available), default=0.0)
-    if zadd and _clearly_more(zadd, best_ingest):
-        lines.append(f"- **Accepting timers**: {zadd:,.0f}/s by ZADD vs our best {best_ingest:,.0f}/s "
-                     f"({'batched' if batched and batched.rate == best_ingest else 'single records'}): "
-                     f"{WHY_REDIS_AHEAD['ingest']}.")  # fmt: skip
+    best_ingest = max(
+        (spread(runs, _ingest_rate(path)).median for path in ("single", "batched")
+         if spread(runs, _ingest_rate(path)).known),
+        default=0.0,
+    )  # fmt: skip
+    for system in REDIS_SYSTEMS:
+        zadd = spread(runs, lambda r, s=system: r.zadd_rates.get(s))  # type: ignore[misc]
+        if zadd.known and _clearly_more(zadd.median, best_ingest):
+            lines.append(f"- **Accepting timers** ({system}): {zadd.median:,.0f}/s by ZADD vs our best "
+                         f"{best_ingest:,.0f}/s: {WHY_REDIS_AHEAD['ingest']}.")  # fmt: skip
     for workload in ("hot-second", "spread", "capacity-hot"):
-        ours, redis = r.fire(OURS, workload), r.fire(REDIS, workload)
-        if ours and redis and _clearly_more(redis.fire_rate, ours.fire_rate):
-            lines.append(f"- **Fire rate, {_workload_title(ours)}**: Redis {redis.fire_rate:,.0f}/s vs ours "
-                         f"{ours.fire_rate:,.0f}/s: {WHY_REDIS_AHEAD['fire']}.")  # fmt: skip
-    for fire in r.fires:
-        if fire.system != OURS or fire.workload.startswith("precise"):
+        ours = spread(runs, of_fire(OURS, workload, lambda f: f.fire_rate))
+        fire = _first_fire(runs, OURS, workload)
+        for system in REDIS_SYSTEMS:
+            theirs = spread(runs, of_fire(system, workload, lambda f: f.fire_rate))
+            if fire and ours.known and theirs.known and _clearly_more(theirs.median, ours.median):
+                title = _workload_title(fire)
+                lines.append(f"- **Fire rate, {title}** ({system}): {theirs.median:,.0f}/s vs "
+                             f"ours {ours.median:,.0f}/s: {WHY_REDIS_AHEAD['fire']}.")  # fmt: skip
+    for system, workload in _pairs(runs):
+        if system != OURS or workload.startswith("precise"):
             continue
-        redis = r.fire(REDIS, fire.workload)
-        if redis and _clearly_more(fire.lateness.p99_ms, redis.lateness.p99_ms, floor=10.0):
-            gap = fire.lateness.p99_ms - redis.lateness.p99_ms
-            if gap > SLOW_DISPATCH_MS:
+        fire = _first_fire(runs, OURS, workload)
+        p99 = spread(runs, of_fire(OURS, workload, lambda f: f.lateness.p99_ms))
+        fired = spread(runs, of_fire(OURS, workload, lambda f: f.lateness.fired_p99_ms))
+        for other in REDIS_SYSTEMS:
+            theirs = spread(runs, of_fire(other, workload, lambda f: f.lateness.p99_ms))
+            if fire is None or not (p99.known and theirs.known):
+                continue
+            if not _clearly_more(p99.median, theirs.median, floor=10.0):
+                continue
+            if p99.median - theirs.median > SLOW_DISPATCH_MS:
+                their_fired = spread(runs, of_fire(other, workload, lambda f: f.lateness.fired_p99_ms))
                 why = (
                     f"{WHY_REDIS_AHEAD['slow-dispatch']} (p99 at dispatch, by the dispatcher's own clock: "
-                    f"{fire.lateness.fired_p99_ms:,.0f} ms vs {redis.lateness.fired_p99_ms:,.0f} ms, so the "
-                    f"delay is in the worker, not in delivery); each fired timer also costs us more "
-                    "(see the fire rates above)"
+                    f"{fired.median:,.0f} ms vs {their_fired.median:,.0f} ms, so the delay is in the worker, "
+                    "not in delivery); each fired timer also costs us more (see the fire rates above)"
                 )
             else:
                 why = WHY_REDIS_AHEAD["tick-path"]
             lines.append(
-                f"- **Lateness p99, {_workload_title(fire)}**: Redis {redis.lateness.p99_ms:,.0f} ms "
-                f"vs ours {fire.lateness.p99_ms:,.0f} ms: {why}."
+                f"- **Lateness p99, {_workload_title(fire)}** ({other}): {theirs.median:,.0f} ms "
+                f"vs ours {p99.median:,.0f} ms: {why}."
             )
-    return lines or ["- Nowhere in this run."]
+    return lines or ["- Nowhere in these runs."]
 
 
 def profiles_section(r: Results) -> list[str]:
@@ -207,6 +312,10 @@ def profiles_section(r: Results) -> list[str]:
     return lines or ["- Not profiled in this run."]
 
 
+def _color(fire: Fire) -> str | None:
+    return PRECISE_COLOR if fire.workload.startswith("precise") else COLORS.get(fire.system)
+
+
 def plot_lateness(r: Results, path: Path) -> None:
     workloads = list(dict.fromkeys(f.workload for f in r.fires))
     fig, axes = plt.subplots(len(workloads), 1, figsize=(9, 2.6 * max(len(workloads), 1)), squeeze=False)
@@ -216,8 +325,8 @@ def plot_lateness(r: Results, path: Path) -> None:
                 continue
             late = np.sort(fire.arrivals.received_ms - fire.arrivals.due_ms)
             share = np.arange(1, late.size + 1) / late.size
-            ax.plot(late, share, color=COLORS.get(fire.system), label=f"{fire.system}")
-            ax.axvline(fire.lateness.p99_ms, color=COLORS.get(fire.system), linestyle=":", linewidth=1)
+            ax.plot(late, share, color=_color(fire), label=f"{fire.system}")
+            ax.axvline(fire.lateness.p99_ms, color=_color(fire), linestyle=":", linewidth=1)
         ax.set_title(_workload_title(next(f for f in r.fires if f.workload == workload)), fontsize=10)
         ax.set_xlabel("lateness: received − due (ms); dotted: p99")
         ax.set_ylabel("share of timers")
@@ -234,13 +343,47 @@ def plot_fire_rate(r: Results, path: Path) -> None:
     for ax, workload in zip(axes[:, 0], workloads, strict=True):
         for fire in (f for f in r.fires if f.workload == workload):
             if fire.series_t:
-                ax.step(fire.series_t, fire.series_rate, where="post", color=COLORS.get(fire.system),
-                        label=fire.system)  # fmt: skip
+                ax.step(fire.series_t, fire.series_rate, where="post", color=_color(fire), label=fire.system)
         ax.set_title(_workload_title(next(f for f in r.fires if f.workload == workload)), fontsize=10)
         ax.set_xlabel("seconds since the first timers became due (hot second: its tick)")
         ax.set_ylabel("callbacks/s")
         ax.grid(alpha=0.3)
         ax.legend(loc="upper right", fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+
+
+#: The hot-second plot: (system, workload, label) of each line.
+HOT_LINES = (
+    (OURS, "hot-second", "kafka-timers"),
+    (OURS, "precise-hot-second", "kafka-timers, precise mode"),
+    (REDIS, "hot-second", "redis-zset (in memory)"),
+    (REDIS_AOF, "hot-second", "redis-zset-aof (durable)"),
+)
+
+
+def plot_hot_second(runs: Runs, path: Path) -> None:
+    """Callbacks per 100 ms against time after the hot second's due time, every run."""
+    fig, ax = plt.subplots(figsize=(9, 4))
+    for system, workload, label in HOT_LINES:
+        for index, r in enumerate(runs):
+            fire = r.fire(system, workload)
+            if fire is None or not fire.series_t:
+                continue
+            per_bucket = [v * HOT_BUCKET_S for v in fire.series_rate]
+            color = PRECISE_COLOR if workload.startswith("precise") else COLORS.get(system)
+            ax.step(fire.series_t, per_bucket, where="post", color=color, alpha=0.9 if index == 0 else 0.45,
+                    label=label if index == 0 else None)  # fmt: skip
+    size = _first_fire(runs, OURS, "hot-second") or _first_fire(runs, REDIS, "hot-second")
+    runs_note = f", {len(runs)} runs (run 1 darker)" if len(runs) > 1 else ""
+    ax.set_title(
+        f"Hot second: {size.timers if size else 0:,} timers due in one second{runs_note}", fontsize=10
+    )
+    ax.set_xlabel("seconds after due (0: the end of the due second, the tick that fires it)")
+    ax.set_ylabel(f"callbacks per {HOT_BUCKET_S * 1000:.0f} ms")
+    ax.grid(alpha=0.3)
+    ax.legend(loc="upper right", fontsize=8)
     fig.tight_layout()
     fig.savefig(path, dpi=100)
     plt.close(fig)
@@ -262,9 +405,11 @@ def method_section(r: Results) -> list[str]:
         "callbacks received per second from the first to the last one. Steady workloads instead send each "
         f"request {r.steady_lead_s:g} s before its due time while earlier timers fire, "
         "so ingest and firing share the worker as in production.",
-        "- **Lateness** = receive time − `kt-due-ms`, taken by a separate collector process "
-        f"(confluent-kafka, `assign()`, `fetch.wait.max.ms={FETCH_WAIT_MS}`) once per fetched batch; "
-        "the column *at dispatch* uses `kt-fired-ms` instead. Clock: the wall clock (`CLOCK_REALTIME`) "
+        "- **Lateness** = receive time − `kt-due-ms` (*at the receiver*), taken by a separate collector "
+        f"process (confluent-kafka, `assign()`, `fetch.wait.max.ms={FETCH_WAIT_MS}`) once per fetched batch; "
+        "*at dispatch* is `kt-fired-ms` − due instead, the dispatcher's own clock when it produced the "
+        "callback. Precise mode is measured at a steady rate and during a hot second on its own worker. "
+        "Clock: the wall clock (`CLOCK_REALTIME`) "
         "of this one machine, read by the load generator (due), the dispatcher (fired) and the "
         "collector (received).",
         "- **Capacity**: a fresh worker loaded with far-future timers; memory is the resident size of the "
@@ -272,9 +417,15 @@ def method_section(r: Results) -> list[str]:
         "For Redis, memory per timer is the growth of `used_memory` (INFO memory).",
         "- **Redis baseline** (`bench/redis_baseline.py`): ZADD pipelined (10 × 500 members per round trip), "
         "member = the serialized `Future`; a poller process on every second: ZRANGEBYSCORE … LIMIT 10000 → "
-        "produce (the worker's producer settings) → flush → one ZREM per chunk; hiredis parser; "
-        "`redis-server` without persistence (faster than any durable setup, and it loses timers on restart).",
-        "- **Profiles**: py-spy sampling the worker at 50 Hz without pausing it, per measurement.",
+        "produce (the worker's producer settings) → flush → one ZREM per chunk; hiredis parser. Two "
+        "setups: `redis-zset`, without persistence (faster than any durable setup, and it loses timers on "
+        "restart), and `redis-zset-aof`, durable: `redis-server " + " ".join(DURABLE_ARGS) + "` with its "
+        "append-only file in its own temporary directory (a crash loses at most the last second); "
+        "the durable one is measured on ingest, the hot second and the steady rates.",
+        "- **Profiles**: py-spy sampling the worker without pausing it, per measurement (run 1).",
+        "- **Repeats**: with `--repeat N` every measurement runs N times, each run on a fresh broker; "
+        "a figure is the median of the runs with the spread (min–max) in brackets, a ratio is taken "
+        "inside each run (both sides under the same machine load) before the median.",
     ]
 
 
@@ -291,69 +442,126 @@ def sizes_line(r: Results) -> str:
     )
 
 
-def write(r: Results, out_dir: Path) -> Path:
+def _notes(runs: Runs) -> list[str]:
+    notes: list[str] = []
+    for index, r in enumerate(runs):
+        prefix = f"run {index + 1}: " if len(runs) > 1 else ""
+        found = list(r.notes)
+        for fire in r.fires:
+            found += [f"{fire.system}, {_workload_title(fire)}: {n}" for n in fire.notes]
+        for cap in r.capacity:
+            found += [f"{cap.system}, capacity: {n}" for n in cap.notes]
+            if cap.broker_rss_delta is not None:
+                found.append(
+                    f"{cap.system}, capacity: the embedded broker grew by {_mb(cap.broker_rss_delta)} while "
+                    "the timers were loaded (requests, changelog and events are kept in Tansu's memory; a "
+                    "Kafka cluster keeps them on its disks)"
+                )
+        found += [f"{i.path} ingest: {i.note}" for i in r.ingest if i.note]
+        notes += [prefix + n for n in found]
+    return notes
+
+
+def write(runs: Runs, out_dir: Path) -> Path:
     """Write ``BENCHMARKS.md`` and the plots under ``out_dir``; return the report's path."""
+    first = runs[0]
     plots = out_dir / PLOT_DIR
     plots.mkdir(parents=True, exist_ok=True)
-    if r.fires:
-        plot_lateness(r, plots / "lateness.png")
-        plot_fire_rate(r, plots / "fire-rate.png")
-    r.save(plots / "results.json")
-    machine = [f"| {k} | {v} |" for k, v in r.machine.items()]
-    versions = [f"| {k} | {v} |" for k, v in r.versions.items()]
-    precise = "" if r.precise_available else (
-        "\nPrecise mode (`TIMERS_PRECISE=1`) is **not available** in this build of the worker: "
-        "not measured.\n"
-    )  # fmt: skip
+    if first.fires:
+        plot_lateness(first, plots / "lateness.png")
+        plot_fire_rate(first, plots / "fire-rate.png")
+    plot_hot_second(runs, plots / HOT_PLOT)
+    (plots / "results.json").write_text(
+        json.dumps({"runs": [plain(r) for r in runs]}, indent=2, default=str) + "\n"
+    )
+    machine = [f"| {k} | {v} |" for k, v in first.machine.items()]
+    if len(runs) > 1:
+        machine += [f"| load average at start of run {i + 1} | {r.machine.get('load average at start', '')} |"
+                    for i, r in enumerate(runs[1:], start=1)]  # fmt: skip
+    versions = [f"| {k} | {v} |" for k, v in first.versions.items()]
+    precise = precise_table(runs)
+    if not any(r.precise_available for r in runs):
+        precise_lines = [
+            "Precise mode (`TIMERS_PRECISE=1`) is **not available** in this build of the worker: "
+            "not measured."
+        ]
+    else:
+        precise_lines = [
+            "At dispatch: `kt-fired-ms` − due (the worker's clock when it produced the callback); at the "
+            "receiver: receive time − `kt-due-ms`.",
+            "",
+            *precise,
+        ]
+    minutes = sum(r.duration_s for r in runs) / 60
+    if len(runs) > 1:
+        how = (
+            f"{len(runs)} runs, the first started {first.started}, {minutes:.1f} min in all: "
+            f"`{first.command}`. "
+            f"Every figure is the **median of the {len(runs)} runs, with the spread (min–max) in brackets**; "
+            "ratios are computed within each run (to the pass-through ceiling or to Redis measured in the "
+            "same run), then the median taken. Each run uses a fresh broker on one machine."
+        )
+    else:
+        how = (
+            f"One run on {first.started} in {minutes:.1f} min: `{first.command}`. Every figure below comes "
+            "from this one run, on one broker and one machine; ratios are to the pass-through ceiling "
+            "measured in the same run. Each figure is one measurement, not a median: compare runs before "
+            "trusting a difference of a few percent (`make bench` runs three times and reports medians)."
+        )
     lines = [
         "# Benchmarks",
         "",
-        f"Profile **{r.profile}**, run on {r.started} in {r.duration_s / 60:.1f} min: `{r.command}`. "
-        "Every figure below comes from this one run, on one broker and one machine; ratios are to the "
-        "pass-through ceiling measured in the same run. Each figure is one measurement, not a median: "
-        "compare runs before trusting a difference of a few percent.",
+        f"Profile **{first.profile}**: {how}",
         "",
-        "Regenerate: `make bench` (profile quick, under 5 minutes), `make bench-full` (1 M-timer hot "
-        "second, 10 M pending), either against any Kafka with "
-        "`KAFKA_BOOTSTRAP_SERVERS=host:9092 make bench`.",
+        "Regenerate: `make bench` (profile quick three times, about 15 minutes), `make bench-full` "
+        "(1 M-timer hot second, 10 M pending), either against any Kafka with "
+        "`KAFKA_BOOTSTRAP_SERVERS=host:9092 make bench`; one quick run: `python -m bench --profile quick`.",
         "",
         "## Results",
         "",
-        sizes_line(r),
+        sizes_line(first),
         "",
         "### Throughput",
         "",
-        *throughput_table(r),
+        *throughput_table(runs),
         "",
         "### Lateness",
         "",
-        *lateness_table(r),
-        precise,
+        *lateness_table(runs),
+        "",
+        "### Precise mode (`TIMERS_PRECISE=1`): at dispatch and at the receiver",
+        "",
+        *precise_lines,
+        "",
         "### Capacity",
         "",
-        *capacity_table(r),
+        *capacity_table(runs),
         "",
         "## Targets",
         "",
-        *targets_section(r),
+        *targets_section(runs),
         "",
         "## Where Redis is ahead of us, and why",
         "",
-        *redis_ahead_section(r),
+        *redis_ahead_section(runs),
         "",
         "## Plots",
+        "",
+        f"![Hot second: callbacks per 100 ms after due]({PLOT_DIR}/{HOT_PLOT})",
         "",
         f"![Lateness distribution per workload]({PLOT_DIR}/lateness.png)",
         "",
         f"![Fire rate over time]({PLOT_DIR}/fire-rate.png)",
         "",
+        "The hot-second plot shows every run; the other two show run 1.",
+        "",
         "## How it is measured",
         "",
-        *method_section(r),
+        *method_section(first),
         "",
-        "## Where the worker's time goes (py-spy, own time per function)",
+        "## Where the worker's time goes (py-spy, own time per function, run 1)",
         "",
-        *profiles_section(r),
+        *profiles_section(first),
         "",
         "## Machine and versions",
         "",
@@ -366,22 +574,12 @@ def write(r: Results, out_dir: Path) -> Path:
         *versions,
         "",
     ]
-    notes = list(r.notes)
-    for fire in r.fires:
-        notes += [f"{fire.system}, {_workload_title(fire)}: {n}" for n in fire.notes]
-    for cap in r.capacity:
-        notes += [f"{cap.system}, capacity: {n}" for n in cap.notes]
-        if cap.broker_rss_delta is not None:
-            notes.append(
-                f"{cap.system}, capacity: the embedded broker grew by {_mb(cap.broker_rss_delta)} while the "
-                f"timers were loaded (requests, changelog and events are kept in Tansu's memory; a Kafka "
-                f"cluster keeps them on its disks)"
-            )
-    notes += [f"{i.path} ingest: {i.note}" for i in r.ingest if i.note]
+    notes = _notes(runs)
     if notes:
         lines += ["## Notes", "", *[f"- {n}" for n in notes], ""]
-    if r.errors:
-        lines += ["## Errors (measurements that failed)", "", *[f"- {e}" for e in r.errors], ""]
+    errors = [(f"run {i + 1}: " if len(runs) > 1 else "") + e for i, r in enumerate(runs) for e in r.errors]
+    if errors:
+        lines += ["## Errors (measurements that failed)", "", *[f"- {e}" for e in errors], ""]
     path = out_dir / "BENCHMARKS.md"
     path.write_text("\n".join(lines))
     return path

@@ -12,7 +12,11 @@ from bench.collector import Arrivals
 from bench.stats import Lateness
 
 OURS = "kafka-timers"
+#: The Redis design without persistence (the fastest it can be) and with an append-only
+#: file fsynced every second (the fair comparison for a durable service).
 REDIS = "redis-zset"
+REDIS_AOF = "redis-zset-aof"
+REDIS_SYSTEMS = (REDIS, REDIS_AOF)
 
 
 @dataclass
@@ -42,7 +46,8 @@ class Fire:
     """One fire workload of one system, as its callback receiver saw it."""
 
     system: str
-    workload: str  # e.g. "hot-second", "spread", "steady-1000", "precise-10000", "capacity-hot"
+    #: e.g. "hot-second", "spread", "steady-1000", "precise-10000", "precise-hot-second", "capacity-hot"
+    workload: str
     timers: int
     #: Callbacks per second: from the first to the last received (hot second), or the
     #: offered rate the receiver kept up with (spread, steady).
@@ -119,8 +124,9 @@ class Results:
     fires: list[Fire] = field(default_factory=list)
     capacity: list[Capacity] = field(default_factory=list)
     precise_available: bool = False
-    #: Timers per second Redis accepts through pipelined ZADDs (its "ingest").
-    redis_zadd_rate: float = 0.0
+    #: Timers per second each Redis design accepts through pipelined ZADDs (its "ingest"),
+    #: by system name; measured with as many timers as our batched ingest.
+    zadd_rates: dict[str, float] = field(default_factory=dict)
     #: Steady workloads send each request this long before its due time (seconds).
     steady_lead_s: float = 0.0
     profiles: list[ProfileSummary] = field(default_factory=list)
@@ -137,18 +143,19 @@ class Results:
         return next((i for i in self.ingest if i.path == path), None)
 
     def save(self, path: Path) -> None:
-        path.write_text(json.dumps(_plain(self), indent=2, default=str) + "\n")
+        path.write_text(json.dumps(plain(self), indent=2, default=str) + "\n")
 
 
-def _plain(obj: Any) -> Any:
+def plain(obj: Any) -> Any:
+    """JSON-ready copy of results: dataclasses as dicts, NaN as null, raw arrivals left out."""
     if isinstance(obj, Arrivals):
         return None
     if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
-        return {f.name: _plain(getattr(obj, f.name)) for f in dataclasses.fields(obj) if f.name != "arrivals"}
+        return {f.name: plain(getattr(obj, f.name)) for f in dataclasses.fields(obj) if f.name != "arrivals"}
     if isinstance(obj, list | tuple):
-        return [_plain(v) for v in obj]
+        return [plain(v) for v in obj]
     if isinstance(obj, dict):
-        return {k: _plain(v) for k, v in obj.items()}
+        return {k: plain(v) for k, v in obj.items()}
     if isinstance(obj, float) and obj != obj:  # NaN is not JSON
         return None
     return obj

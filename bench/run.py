@@ -2,8 +2,11 @@
 
 Order: the ceiling; then one service instance for ingest (single, the Faust floor on
 the same records, batched) and the fire workloads; a fresh instance for capacity;
-one in precise mode; then the Redis design with the same workloads. A measurement
-that fails is recorded in the report and the run goes on.
+one in precise mode (a hot second, then the steady rates); then the Redis design with
+the same workloads, without persistence and then durable (AOF, fsync every second:
+its ingest, hot second and steady rates). A measurement that fails is recorded in the
+report and the run goes on. ``repeat`` runs all of it that many times, each on a fresh
+broker; the report gives the median and the spread of every figure.
 """
 
 from __future__ import annotations
@@ -89,7 +92,8 @@ class Run:
             load_rate, batched = self.ours(broker, ctx)
             self.capacity(broker, ctx, load_rate, batched)
             self.precise(broker, ctx, load_rate, batched)
-            self.redis(broker, ctx)
+            self.redis(broker, ctx, durable=False)
+            self.redis(broker, ctx, durable=True)
         r.profiles = self.profiler.summaries
         r.duration_s = time.monotonic() - self._t0
         return r
@@ -181,6 +185,13 @@ class Run:
             service_stack(broker, self.work_dir, "precise", PRECISE_ENV) as stack,
         ):
             system = KafkaTimers(stack, batched=batched, load_rate=load_rate)
+            with self.profiler.sample(stack.worker_pid, "precise-hot-second"):
+                self.add_fire(
+                    self.attempt(
+                        "precise hot second",
+                        lambda: scheduled(ctx, system, "precise-hot-second", p.hot_timers, 1.0, 0.1),
+                    )
+                )
             for rate in p.precise_rates:
                 with self.profiler.sample(stack.worker_pid, f"precise-{rate}"):
                     self.add_fire(
@@ -192,43 +203,60 @@ class Run:
                         )
                     )
 
-    def redis(self, broker: Broker, ctx: FireContext) -> None:
+    def redis(self, broker: Broker, ctx: FireContext, *, durable: bool) -> None:
+        """The Redis design; durable: its ingest, hot second and steady rates only."""
         p, r = self.profile, self.results
-        with self.block("redis baseline"), redis_baseline.redis_design(broker, self.work_dir) as design:
-            r.redis_zadd_rate = design.load_rate()
+        label = "redis (AOF everysec)" if durable else "redis"
+        with (
+            self.block(label),
+            redis_baseline.redis_design(
+                broker, self.work_dir, durable=durable, zadd_count=p.batched_timers
+            ) as design,
+        ):
+            r.zadd_rates[design.name] = design.load_rate()
+            self.say(f"  {design.name} ZADD: {design.load_rate():,.0f}/s")
             self.add_fire(
                 self.attempt(
-                    "redis hot second", lambda: scheduled(ctx, design, "hot-second", p.hot_timers, 1.0, 0.1)
+                    f"{label} hot second",
+                    lambda: scheduled(ctx, design, "hot-second", p.hot_timers, 1.0, 0.1),
                 )
             )
-            self.add_fire(
-                self.attempt(
-                    "redis spread",
-                    lambda: scheduled(ctx, design, "spread", p.spread_timers, p.spread_window_s, 1.0),
+            if not durable:
+                self.add_fire(
+                    self.attempt(
+                        f"{label} spread",
+                        lambda: scheduled(ctx, design, "spread", p.spread_timers, p.spread_window_s, 1.0),
+                    )
                 )
-            )
             for rate in p.steady_rates:
                 self.add_fire(
                     self.attempt(
-                        f"redis steady {rate}/s",
+                        f"{label} steady {rate}/s",
                         lambda rate=rate: steady_rate(  # type: ignore[misc]
                             ctx, design, f"steady-{rate}", rate, p.steady_duration_s, p.steady_lead_s
                         ),
                     )
                 )
+            if durable:
+                return
             cap = self.attempt(
-                "redis capacity",
+                f"{label} capacity",
                 lambda: redis_baseline.capacity(design, ctx, pending=p.capacity_pending, hot=p.capacity_hot),
             )
             if cap is not None:
                 r.capacity.append(cap)
-                if cap.load_seconds > 0:
-                    r.redis_zadd_rate = cap.pending / cap.load_seconds
                 self.add_fire(cap.hot)
 
 
-def run(profile: Profile, out_dir: Path, work_dir: Path, command: str) -> tuple[Results, Path]:
-    """Measure everything, write the report; return the results and the report's path."""
-    work_dir.mkdir(parents=True, exist_ok=True)
-    results = Run(profile, out_dir, work_dir, command).execute()
-    return results, report.write(results, out_dir)
+def run(
+    profile: Profile, out_dir: Path, work_dir: Path, command: str, repeat: int = 1
+) -> tuple[list[Results], Path]:
+    """Measure everything ``repeat`` times, write the report; return the results and the report's path."""
+    runs = []
+    for index in range(repeat):
+        run_dir = work_dir / f"run-{index + 1}" if repeat > 1 else work_dir
+        run_dir.mkdir(parents=True, exist_ok=True)
+        if repeat > 1:
+            print(f"=== run {index + 1} of {repeat} ===", file=sys.stderr, flush=True)
+        runs.append(Run(profile, out_dir, run_dir, command).execute())
+    return runs, report.write(runs, out_dir)

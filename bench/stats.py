@@ -26,8 +26,10 @@ class Lateness:
     p99_ms: float
     max_ms: float
     min_ms: float
-    #: The same for the dispatcher's own clock at dispatch (``kt-fired-ms``).
+    #: The same at dispatch, by the dispatcher's own clock (``kt-fired-ms`` − due).
+    fired_p50_ms: float
     fired_p99_ms: float
+    fired_max_ms: float
 
     @property
     def missing(self) -> int:
@@ -38,7 +40,7 @@ def lateness(expected: int, due_ms: Ints, fired_ms: Ints, received_ms: Ints) -> 
     late = received_ms - due_ms
     if late.size == 0:
         nan = float("nan")
-        return Lateness(expected, 0, 0, nan, nan, nan, nan, nan)
+        return Lateness(expected, 0, 0, nan, nan, nan, nan, nan, nan, nan)
     fired = fired_ms - due_ms
     return Lateness(
         expected=expected,
@@ -48,7 +50,9 @@ def lateness(expected: int, due_ms: Ints, fired_ms: Ints, received_ms: Ints) -> 
         p99_ms=float(np.percentile(late, 99)),
         max_ms=float(late.max()),
         min_ms=float(late.min()),
+        fired_p50_ms=float(np.percentile(fired, 50)),
         fired_p99_ms=float(np.percentile(fired, 99)),
+        fired_max_ms=float(fired.max()),
     )
 
 

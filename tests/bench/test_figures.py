@@ -4,8 +4,11 @@ from __future__ import annotations
 
 import numpy as np
 
+from bench.aggregate import of_fire, rate, spread
 from bench.profiling import summarize
+from bench.results import OURS, REDIS, Fire, Results
 from bench.stats import burst_rate, lateness, rate_series, rise_rate
+from bench.targets import MET, MISSED, NOT_MEASURED, evaluate
 
 
 def ms(*values: int) -> np.ndarray:
@@ -65,3 +68,42 @@ def test_profile_summary_ranks_own_time_and_our_functions_on_the_stack():
         ("advance (futures/worker/engine.py)", 80.0),
         ("produce (futures/worker/kafka.py)", 60.0),
     ]
+
+
+def _run(ours_rate: float, redis_rate: float, max_late_ms: float = 900.0) -> Results:
+    """A run with one hot second per system: only the figures the tests below read."""
+    r = Results(profile="test", started="now", sizes={"hot_timers": 100_000})
+    for system, fire_rate in ((OURS, ours_rate), (REDIS, redis_rate)):
+        late = lateness(10, ms(1000), ms(1000), ms(1000 + int(max_late_ms)))
+        r.fires.append(
+            Fire(system=system, workload="hot-second", timers=10, fire_rate=fire_rate, lateness=late)
+        )
+    return r
+
+
+def test_a_figure_over_runs_is_the_median_with_the_spread():
+    runs = [_run(90_000, 150_000), _run(120_000, 160_000), _run(100_000, 100_000)]
+    rates = spread(runs, of_fire(OURS, "hot-second", lambda f: f.fire_rate))
+    assert rates.show(rate) == "100,000/s (90,000/s–120,000/s)"
+    assert spread(runs[:1], of_fire(OURS, "hot-second", lambda f: f.fire_rate)).show(rate) == "90,000/s"
+    assert spread(runs, of_fire(OURS, "precise-10000", lambda f: f.fire_rate)).show(rate) == "—"
+
+
+def test_ratios_are_taken_within_each_run_before_the_median():
+    # Per run: 60 %, 75 %, 100 %; median 75 %. The ratio of the medians would be 100 k / 150 k = 67 %.
+    runs = [_run(90_000, 150_000), _run(120_000, 160_000), _run(100_000, 100_000)]
+    share = next(v for v in evaluate(runs) if "of the Redis poller" in v.target)
+    assert share.status == MET
+    assert share.measured == "75.0 % (60.0 %–100.0 %)"
+
+
+def test_targets_give_verdicts_and_gaps_from_the_median():
+    runs = [_run(50_000, 100_000, max_late_ms=2000), _run(60_000, 100_000, max_late_ms=1000)]
+    verdicts = {v.target: v for v in evaluate(runs)}
+    fire = verdicts["Fire, hot second of 100,000: ≥ 100 k/s"]
+    assert (fire.status, fire.gap) == (MISSED, "short by 45 %")
+    last = verdicts["Hot second of 100,000: last callback ≤ 1.5 s after due"]
+    assert (last.status, last.gap) == (MET, "")
+    # Nothing of precise mode or 10 M pending was run: not measured, never met.
+    assert verdicts["Precise mode, steady 10 k/s: p99 at the receiver ≤ 25 ms"].status == NOT_MEASURED
+    assert verdicts["10 M pending: worker RSS ≤ 300 MB"].status == NOT_MEASURED
