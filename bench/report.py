@@ -136,9 +136,18 @@ def throughput_table(runs: Runs) -> list[str]:
     return rows
 
 
+#: Rows of one system together, ours first, whatever a failed measurement did to the order.
+SYSTEM_ORDER = (OURS, *REDIS_SYSTEMS)
+
+
+def _system_rank(system: str) -> int:
+    return SYSTEM_ORDER.index(system) if system in SYSTEM_ORDER else len(SYSTEM_ORDER)
+
+
 def _pairs(runs: Runs) -> list[tuple[str, str]]:
-    """(system, workload) of every fire in any run, in the order measured."""
-    return list(dict.fromkeys((f.system, f.workload) for r in runs for f in r.fires))
+    """(system, workload) of every fire in any run, by system, then in the order measured."""
+    found = list(dict.fromkeys((f.system, f.workload) for r in runs for f in r.fires))
+    return sorted(found, key=lambda pair: _system_rank(pair[0]))
 
 
 def lateness_table(runs: Runs) -> list[str]:
@@ -198,7 +207,7 @@ def capacity_table(runs: Runs) -> list[str]:
         "disk per timer | load time |",
         "|---|---|---|---|---|---|---|",
     ]
-    systems = list(dict.fromkeys(c.system for r in runs for c in r.capacity))
+    systems = sorted(dict.fromkeys(c.system for r in runs for c in r.capacity), key=_system_rank)
     for system in systems:
         caps = [c for r in runs if (c := r.capacity_of(system)) is not None]
 
