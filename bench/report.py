@@ -531,8 +531,8 @@ def write(runs: Runs, out_dir: Path) -> Path:
         "",
         f"Profile **{first.profile}**: {how}",
         "",
-        "Regenerate: `make bench` (profile quick three times, about 15 minutes), `make bench-full` "
-        "(1 M-timer hot second, 10 M pending), either against any Kafka with "
+        "Regenerate: `make bench` (profile quick three times, about 20 minutes on a quiet machine), "
+        "`make bench-full` (1 M-timer hot second, 10 M pending), either against any Kafka with "
         "`KAFKA_BOOTSTRAP_SERVERS=host:9092 make bench`; one quick run: `python -m bench --profile quick`.",
         "",
         "## Results",
