@@ -12,7 +12,7 @@ SHELL := bash
 .DEFAULT_GOAL := help
 .DELETE_ON_ERROR:
 
-.PHONY: help venv install constraints proto lint test run broker topics clean distclean redis bench bench-full failover
+.PHONY: help venv install constraints proto lint test run broker topics clean distclean redis bench bench-full failover bench-jobs
 .PHONY: java compact replay report
 .PHONY: helm-lint promtool
 .PHONY: browser
@@ -64,6 +64,10 @@ bench-full: $(STAMP) redis ## the large sizes: a 1 M-timer hot second, 10 M pend
 
 failover: $(STAMP) ## SIGKILL a worker: seconds until its partitions fire again (docs/FAILOVER.md, ~3 min)
 	$(BIN)/python -m bench.failover $(ARGS)
+
+RECORDS ?= 10000000
+bench-jobs: $(STAMP) ## compaction speed of a 10 M-record log with 1, 2, 4 Spark tasks: docs/bench/jobs.md (RECORDS=N)
+	$(BIN)/python -m bench.jobs --records $(RECORDS)
 
 java: ## install Java 17 for PySpark (Debian's openjdk-17-jre-headless) if java is missing or older
 	@v=$$( (java -version 2>&1 || true) | awk -F'"' '/version/ {split($$2, p, "."); print p[1]; exit}'); \

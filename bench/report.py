@@ -535,6 +535,9 @@ def write(runs: Runs, out_dir: Path) -> Path:
         "`make bench-full` (1 M-timer hot second, 10 M pending), either against any Kafka with "
         "`KAFKA_BOOTSTRAP_SERVERS=host:9092 make bench`; one quick run: `python -m bench --profile quick`.",
         "",
+        "The Spark jobs are measured apart: [compaction speed](bench/jobs.md) (`make bench-jobs`, a "
+        "10 M-record log with 1, 2 and 4 Spark tasks).",
+        "",
         "## Results",
         "",
         sizes_line(first),

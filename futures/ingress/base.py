@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from futures.ingress.limits import ParseLimits
+from futures.ingress.limits import NO_PAYLOAD_LIMIT, ParseLimits
 from futures.ingress.records import SourceRecord
 from ktimers.deadletter import short
 from ktimers.wire import MAX_ID_BYTES, Future, StoredTimer
@@ -130,6 +130,36 @@ class ParseContext:
             self._topic_problems[topic] = self.limits.callback_topic_problem(topic)
         return self._topic_problems[topic]
 
+    @property
+    def payload_limited(self) -> bool:
+        """Whether ``TIMERS_MAX_PAYLOAD_BYTES`` can refuse any record at all (the jobs parse without it)."""
+        return self.limits.max_payload_bytes < NO_PAYLOAD_LIMIT
+
+    def timer_problem(self, id_bytes: int, due_ms: int, callback_topic: str) -> tuple[str, str] | None:
+        """Why a timer cannot be accepted, as (reason, detail), or None: every check but the payload size.
+
+        ``id_bytes`` is the UTF-8 length of the timer id; ``due_ms`` epoch milliseconds.
+        :meth:`accept` and the fast paths of the formats (:func:`futures.ingress.native.fast_parse`)
+        both decide with it.
+        """
+        if id_bytes > MAX_ID_BYTES:
+            return "invalid-id", f"timer id longer than {MAX_ID_BYTES} bytes"
+        if not 0 <= due_ms <= MAX_DUE_MS:
+            where = "negative" if due_ms < 0 else "after 9999-12-31T23:59:59.999Z"
+            detail = f"due time {short(str(due_ms), 40)} ms is {where}; the allowed range is {_DUE_RANGE}"
+            return "bad-due-time", detail
+        problem = self.callback_topic_problem(callback_topic)
+        if problem is not None:
+            # The detail names the topic, which may be a megabyte of input.
+            return problem[0], short(problem[1])
+        limits = self.limits
+        if limits.max_due_ahead_s and due_ms > self.now_ms + limits.max_due_ahead_s * 1000:
+            return (
+                "due-too-far",
+                f"due {due_ms} is more than {limits.max_due_ahead_s}s ahead (TIMERS_MAX_DUE_AHEAD_S)",
+            )
+        return None
+
     def accept(self, record: SourceRecord, future: Future, due_ms: int) -> Schedule | Rejection:
         """The checks every timer passes, whatever its format; ``future.id`` must be set.
 
@@ -140,24 +170,10 @@ class ParseContext:
         """
         timer_id = future.id
         id_bytes = len(timer_id.encode())
-        if id_bytes > MAX_ID_BYTES:
-            return Rejection(record, "invalid-id", f"timer id longer than {MAX_ID_BYTES} bytes")
-        if not 0 <= due_ms <= MAX_DUE_MS:
-            where = "negative" if due_ms < 0 else "after 9999-12-31T23:59:59.999Z"
-            detail = f"due time {short(str(due_ms), 40)} ms is {where}; the allowed range is {_DUE_RANGE}"
-            return Rejection(record, "bad-due-time", detail, timer_id)
-        problem = self.callback_topic_problem(future.callBackTopic)
+        problem = self.timer_problem(id_bytes, due_ms, future.callBackTopic)
         if problem is not None:
-            # The detail names the topic, which may be a megabyte of input.
-            return Rejection(record, problem[0], short(problem[1]), timer_id)
-        limits = self.limits
-        if limits.max_due_ahead_s and due_ms > self.now_ms + limits.max_due_ahead_s * 1000:
-            return Rejection(
-                record,
-                "due-too-far",
-                f"due {due_ms} is more than {limits.max_due_ahead_s}s ahead (TIMERS_MAX_DUE_AHEAD_S)",
-                timer_id,
-            )
+            reason, detail = problem
+            return Rejection(record, reason, detail, "" if reason == "invalid-id" else timer_id)
         stored = StoredTimer(
             source_partition=record.partition,
             source_offset=record.offset,
@@ -169,6 +185,7 @@ class ParseContext:
         stored.future.due_ms = due_ms
         # What the changelog must carry: the stored timer and its table key.
         size = stored.ByteSize() + TABLE_KEY_OVERHEAD + id_bytes
+        limits = self.limits
         if size > limits.max_payload_bytes:
             return Rejection(
                 record,

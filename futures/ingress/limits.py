@@ -9,13 +9,15 @@ from __future__ import annotations
 
 import fnmatch
 import re
-import sys
 from dataclasses import dataclass, field
 
 from ktimers.config import TopicsConfig
 
 # Kafka's own rule for topic names.
 _TOPIC_NAME = re.compile(r"[a-zA-Z0-9._-]{1,249}")
+
+#: A ``max_payload_bytes`` this large limits nothing: no Kafka record comes near 1 TiB.
+NO_PAYLOAD_LIMIT = 1 << 40
 
 #: The worker's default ``TIMERS_APP_ID``: its consumer group and the prefix of its internal topics.
 DEFAULT_APP_ID = "timers"
@@ -53,7 +55,7 @@ class ParseLimits:
         record under the limits it had then is what `timer-events` says, not
         something to re-judge with today's settings.
         """
-        return cls(topics=topics, app_id=app_id, max_payload_bytes=sys.maxsize)
+        return cls(topics=topics, app_id=app_id, max_payload_bytes=NO_PAYLOAD_LIMIT)
 
     def callback_topic_problem(self, topic: str) -> tuple[str, str] | None:
         """Why ``topic`` cannot receive callbacks, as (reason code, detail), or None if it can."""

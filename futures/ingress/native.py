@@ -53,16 +53,51 @@ def parse(record: SourceRecord, context: ParseContext) -> list[Request]:
 
 
 def _parse_cancel(record: SourceRecord) -> Request:
+    named = cancel_id(record.value)
+    if isinstance(named, str):
+        return CancelRequest(record, named)
+    return Rejection(record, *named)
+
+
+def cancel_id(value: bytes | None) -> str | tuple[str, str]:
+    """The timer id a Cancel record's value names, or why it is rejected: (reason, detail)."""
     try:
-        cancel = Cancel.FromString(record.value or b"")
+        cancel = Cancel.FromString(value or b"")
     except DecodeError as exc:
-        return Rejection(record, "undecodable", short(f"not a Cancel message: {exc}"))
+        return "undecodable", short(f"not a Cancel message: {exc}")
     if not cancel.id:
-        return Rejection(record, "missing-id", "a Cancel must name the timer id to cancel")
+        return "missing-id", "a Cancel must name the timer id to cancel"
     if _too_long(cancel.id):
         # No timer has such an id, and it could not key the CANCEL_MISSED event.
-        return Rejection(record, "invalid-id", f"timer id longer than {MAX_ID_BYTES} bytes")
-    return CancelRequest(record, cancel.id)
+        return "invalid-id", f"timer id longer than {MAX_ID_BYTES} bytes"
+    return cancel.id
+
+
+def fast_parse(kind: bytes | None, value: bytes | None, context: ParseContext) -> Future | str | None:
+    """The common native records without the cost of :func:`parse`, for bulk readers (the Spark jobs).
+
+    ``kind`` is the record's ``kt-kind`` header (its last value, :func:`header_value`),
+    ``value`` its value. Returns the normalised Future of a single-Future record
+    that :func:`parse` would schedule (it names its id and due_ms), the timer id
+    of a valid Cancel, or None: then :func:`parse` decides (rejections, batches,
+    derived ids and due times, a payload limit to check). Where it answers, the
+    answer is the one :func:`parse` gives (tests/futures/test_fast_parse.py).
+    """
+    if kind == KIND_CANCEL:
+        named = cancel_id(value)
+        return named if isinstance(named, str) else None
+    if (kind is not None and kind != KIND_FUTURE) or value is None or context.payload_limited:
+        return None
+    try:
+        future = Future.FromString(value)
+    except DecodeError:
+        return None
+    timer_id = future.id
+    if not timer_id or not future.HasField("due_ms"):
+        return None
+    if context.timer_problem(len(timer_id.encode()), future.due_ms, future.callBackTopic) is not None:
+        return None
+    return future
 
 
 def _too_long(timer_id: str) -> bool:

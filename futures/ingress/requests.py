@@ -60,6 +60,11 @@ class RequestParser:
         self._context = ParseContext(limits, now_ms)
         self._topics = limits.topics
 
+    @property
+    def context(self) -> ParseContext:
+        """What the formats parse with (for their fast paths: :func:`futures.ingress.native.fast_parse`)."""
+        return self._context
+
     def parse(self, record: SourceRecord) -> list[Request]:
         """See :func:`parse_record`."""
         fmt = self._topics.format_of(record.topic)

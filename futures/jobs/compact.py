@@ -30,7 +30,7 @@ from datetime import UTC, datetime
 from confluent_kafka import Consumer, KafkaException, TopicPartition
 from confluent_kafka.admin import AdminClient
 from pyspark import StorageLevel
-from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import DataFrame, Observation, SparkSession
 from pyspark.sql import functions as F
 
 from futures.ingress.limits import ParseLimits
@@ -44,7 +44,16 @@ from futures.jobs.outputs import create_fresh_topic, request_records, write_reco
 from futures.jobs.retention import EventLoss, EventsLog, KafkaEventsLog, check_events
 from futures.jobs.runner import add_spark_arguments, job_parser, run_main, spark_for, step
 from futures.jobs.snapshot import SNAPSHOT_COLUMNS, Manifest
-from futures.jobs.versions import ORIGIN_BASE, PENDING, Counts, classify, count
+from futures.jobs.versions import (
+    ORIGIN_BASE,
+    PENDING,
+    Counts,
+    classify,
+    count,
+    count_columns,
+    count_events,
+    counts_of,
+)
 
 log = logging.getLogger("futures.jobs.compact")
 
@@ -210,14 +219,27 @@ def load(
     """Count, write the snapshot, then publish and truncate if asked."""
     started = time.monotonic()
     common = config.common
-    # Counting and writing are several actions over the same rows: read and decode Kafka once.
+    # The events are read by both joins of the classification and counted: read and decode them once.
+    # The requests are read once, by the pass that writes the snapshot, and counted on the way
+    # (DataFrame.observe); only a possible event loss takes a pass of its own, before writing.
     events = compaction.events.persist(StorageLevel.MEMORY_AND_DISK)
-    classified = compaction.classified.persist(StorageLevel.MEMORY_AND_DISK)
     try:
-        with step("reading and classifying " + describe(extracted.plan)):
-            counts = count(classified, events)
-            unchecked = count_unchecked(classified, extracted.event_loss)
-        check_event_loss(extracted.event_loss, unchecked, options.accept_event_loss)
+        with step(f"reading {extracted.plan.event_records:,} events"):
+            events_counts = count_events(events)
+        unchecked = 0
+        if extracted.event_loss is not None:
+            with step("counting the pending timers whose FIRED event may be gone"):
+                unchecked = count_unchecked(compaction.classified, extracted.event_loss)
+            check_event_loss(extracted.event_loss, unchecked, options.accept_event_loss)
+        observation = Observation("compaction")
+        observed = compaction.classified.observe(observation, *count_columns())
+        pending = observed.filter(F.col("status") == PENDING).select(*SNAPSHOT_COLUMNS[:-1])
+        with step(f"reading, classifying and writing the pending timers of {describe(extracted.plan)}"):
+            snapshot.write_timers(pending, options.out, options.overwrite)
+        counts = counts_of(observation.get, events_counts)
+        if counts is None:  # an invalid record with a reason of its own: count them one by one
+            with step("counting the invalid records by reason"):
+                counts = count(compaction.classified, events)
         manifest = Manifest.of(
             extracted.plan,
             common.kafka.bootstrap_servers,
@@ -227,16 +249,16 @@ def load(
             {**counts.as_dict(), "unchecked": unchecked},
             options.base,
         )
-        pending = classified.filter(F.col("status") == PENDING).select(*SNAPSHOT_COLUMNS[:-1])
-        with step(f"writing {counts.pending:,} pending timers to {options.out}"):
-            snapshot.write(pending, manifest, options.out, options.overwrite)
+        snapshot.write_manifest(compaction.classified.sparkSession, manifest, options.out)
         published = 0
         if options.publish:
             with step(f"publishing {counts.pending:,} pending timers to {options.publish}"):
-                write_records(request_records(pending, options.publish, keep_partitions=True), common)
+                # From the snapshot just written, not the log: nothing is read or classified again.
+                _, written = snapshot.read(compaction.classified.sparkSession, options.out)
+                timers = written.select(*SNAPSHOT_COLUMNS[:-1])
+                write_records(request_records(timers, options.publish, keep_partitions=True), common)
                 published = counts.pending
     finally:
-        classified.unpersist()
         events.unpersist()
     truncated: tuple[tuple[str, int, int], ...] = ()
     if options.truncate:

@@ -16,12 +16,16 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from futures.ingress.limits import ParseLimits
+from futures.ingress.native import fast_parse
 from futures.ingress.records import SourceRecord
-from futures.ingress.requests import CancelRequest, Rejection, RequestParser, Schedule
-from ktimers.wire import TimerEvent
+from futures.ingress.requests import CancelRequest, Request, RequestParser, Schedule
+from ktimers.config import IngressFormat
+from ktimers.wire import KIND_HEADER, TimerEvent
 
 # Kinds of decoded request rows.
 SCHEDULE = "schedule"
@@ -70,15 +74,37 @@ _EVENT_ARROW = pa.schema(
 )
 
 
-def _timestamps_ms(batch: pa.RecordBatch) -> list[int | None]:
-    micros = batch.column("timestamp").cast(pa.int64()).to_pylist()
-    return [None if us is None else us // 1000 for us in micros]
+def _timestamps_ms(column: pa.Array) -> pa.Array:
+    """Kafka timestamps (µs) as epoch ms, -1 where unknown (as :class:`SourceRecord` has them)."""
+    micros = column.cast(pa.int64())
+    millis = np.floor_divide(pc.fill_null(micros, 0).to_numpy(), 1000)
+    return pc.if_else(pc.is_null(micros), -1, pa.array(millis, pa.int64()))
+
+
+def _kind_headers(headers: pa.Array) -> list[bytes | None]:
+    """The last ``kt-kind`` header of every row (:func:`~ktimers.wire.header_value`), without
+    turning every row's header list into Python objects: most records have none."""
+    kinds: list[bytes | None] = [None] * len(headers)
+    flat = pc.list_flatten(headers)
+    if len(flat) == 0:
+        return kinds
+    mask = pc.equal(flat.field("key"), KIND_HEADER)
+    rows = pc.filter(pc.list_parent_indices(headers), mask).to_pylist()
+    values = pc.filter(flat.field("value"), mask).to_pylist()
+    for row, value in zip(rows, values, strict=True):
+        kinds[row] = value  # in order: the last one wins
+    return kinds
 
 
 @dataclass(frozen=True)
 class RequestDecoder:
     """``mapInArrow`` function: Kafka rows (:data:`~futures.jobs.kafka_source.SOURCE_SCHEMA`)
-    of any request topic → :data:`REQUEST_SCHEMA` rows, one per request a record holds."""
+    of any request topic → :data:`REQUEST_SCHEMA` rows, one per request a record holds.
+
+    Single Futures and Cancels of the native format, nearly every record of
+    `timer-request`, take :func:`futures.ingress.native.fast_parse`; every other
+    record the parser's full path (:meth:`RequestParser.parse`).
+    """
 
     limits: ParseLimits
 
@@ -87,68 +113,104 @@ class RequestDecoder:
             yield self.decode(batch)
 
     def decode(self, batch: pa.RecordBatch) -> pa.RecordBatch:
-        out: dict[str, list[Any]] = {name: [] for name in _REQUEST_ARROW.names}
-        topics = batch.column("topic").to_pylist()
-        partitions = batch.column("partition").to_pylist()
-        offsets = batch.column("offset").to_pylist()
-        keys = batch.column("key").to_pylist()
-        values = batch.column("value").to_pylist()
-        headers = batch.column("headers").to_pylist()
-        stamps = _timestamps_ms(batch)
         # The worker clock at ingest only matters to a format that counts from
         # "now" when a record has no timestamp (the rest use the record's time),
-        # so one parser, at the job's clock, serves the whole batch (it is what
-        # parse_record builds per record, and costs 40 % of the decoding).
+        # so one parser, at the job's clock, serves the whole batch.
         parser = RequestParser(self.limits, time.time_ns() // 1_000_000)
-        for i in range(batch.num_rows):
-            stamp = stamps[i]
-            record = SourceRecord(
-                topic=topics[i],
-                partition=partitions[i],
-                offset=offsets[i],
-                key=keys[i],
-                value=values[i],
-                headers=tuple((h["key"], h["value"]) for h in headers[i] or ()),
-                timestamp_ms=-1 if stamp is None else stamp,
-            )
-            for idx, request in enumerate(parser.parse(record)):
-                if isinstance(request, Schedule):
-                    future = request.timer.future
-                    _append(
-                        out, record, idx, SCHEDULE, request.timer_id, request.due_ms,
-                        future.callBackTopic, future.SerializeToString(),
-                    )  # fmt: skip
-                elif isinstance(request, CancelRequest):
-                    _append(out, record, idx, CANCEL, request.timer_id)
-                elif isinstance(request, Rejection):
-                    # A tombstone is counted as such, whatever the format calls it.
-                    reason = TOMBSTONE if record.value is None else request.reason
-                    _append(out, record, idx, INVALID, request.timer_id or None, reason=reason)
-        return pa.RecordBatch.from_pydict(out, schema=_REQUEST_ARROW)
+        context = parser.context
+        native = _native_topics(self.limits)
+        topics = batch.column("topic").to_pylist()
+        values = batch.column("value").to_pylist()
+        kinds = _kind_headers(batch.column("headers"))
+        # One row per record: (idx, kind, timer_id, due_ms, callback_topic, future, reason).
+        rows: list[_Row] = []
+        slow: list[int] = []
+        for i, (topic, kind, value) in enumerate(zip(topics, kinds, values, strict=True)):
+            found = fast_parse(kind, value, context) if topic in native else None
+            if found is None:
+                slow.append(i)
+                rows.append(_SLOW)
+            elif found.__class__ is str:
+                rows.append((0, CANCEL, found, None, None, None, None))
+            else:
+                rows.append((0, SCHEDULE, found.id, found.due_ms, found.callBackTopic, value, None))  # type: ignore[union-attr]
+        src = None
+        if slow:
+            src, rows = _with_slow(rows, batch, slow, parser)
+        return _request_batch(batch, src, rows)
 
 
-def _append(
-    out: dict[str, list[Any]],
-    record: SourceRecord,
-    idx: int,
-    kind: str,
-    timer_id: str | None = None,
-    due_ms: int | None = None,
-    callback_topic: str | None = None,
-    future: bytes | None = None,
-    reason: str | None = None,
-) -> None:
-    out["topic"].append(record.topic)
-    out["partition"].append(record.partition)
-    out["offset"].append(record.offset)
-    out["idx"].append(idx)
-    out["timestamp_ms"].append(record.timestamp_ms)
-    out["kind"].append(kind)
-    out["timer_id"].append(timer_id)
-    out["due_ms"].append(due_ms)
-    out["callback_topic"].append(callback_topic)
-    out["future"].append(future)
-    out["reason"].append(reason)
+_Row = tuple[int, str, str | None, int | None, str | None, bytes | None, str | None]
+_SLOW: _Row = (0, "", None, None, None, None, None)
+
+
+def _with_slow(
+    fast: list[_Row], batch: pa.RecordBatch, slow: list[int], parser: RequestParser
+) -> tuple[list[int], list[_Row]]:
+    """(source row, row) of every request: ``fast`` with the records in ``slow`` fully parsed."""
+    stamps = _timestamps_ms(batch.column("timestamp")).to_pylist()
+    parsed: dict[int, list[_Row]] = {}
+    for i, raw in zip(slow, batch.take(pa.array(slow, pa.int64())).to_pylist(), strict=True):
+        record = SourceRecord(
+            topic=raw["topic"],
+            partition=raw["partition"],
+            offset=raw["offset"],
+            key=raw["key"],
+            value=raw["value"],
+            headers=tuple((h["key"], h["value"]) for h in raw["headers"] or ()),
+            timestamp_ms=stamps[i],
+        )
+        parsed[i] = [_row(idx, request) for idx, request in enumerate(parser.parse(record))]
+    src: list[int] = []
+    rows: list[_Row] = []
+    for i, row in enumerate(fast):
+        mine = parsed.get(i, [row]) if row is _SLOW else [row]
+        src += [i] * len(mine)
+        rows += mine
+    return src, rows
+
+
+def _row(idx: int, request: Request) -> _Row:
+    if isinstance(request, Schedule):
+        future = request.timer.future
+        return (idx, SCHEDULE, request.timer_id, request.due_ms, future.callBackTopic,
+                future.SerializeToString(), None)  # fmt: skip
+    if isinstance(request, CancelRequest):
+        return (idx, CANCEL, request.timer_id, None, None, None, None)
+    # A tombstone is counted as such, whatever the format calls it.
+    reason = TOMBSTONE if request.record.value is None else request.reason
+    return (idx, INVALID, request.timer_id or None, None, None, None, reason)
+
+
+def _native_topics(limits: ParseLimits) -> frozenset[str]:
+    formats = limits.topics.ingress_formats
+    return frozenset(topic for topic, fmt in formats.items() if fmt is IngressFormat.NATIVE)
+
+
+_ROW_TYPES = (pa.int32(), pa.string(), pa.string(), pa.int64(), pa.string(), pa.binary(), pa.string())
+
+
+def _request_batch(source: pa.RecordBatch, src: list[int] | None, rows: list[_Row]) -> pa.RecordBatch:
+    """The decoded ``rows``, with topic, partition, offset and time of the ``source`` rows
+    they come from (``src``; None: one row per source row)."""
+    taking = None if src is None else pa.array(src, pa.int64())
+
+    def taken(column: pa.Array) -> pa.Array:
+        return column if taking is None else column.take(taking)
+
+    columns: list[Any] = list(zip(*rows, strict=True)) if rows else [()] * len(_ROW_TYPES)
+    decoded = [pa.array(c, t) for c, t in zip(columns, _ROW_TYPES, strict=True)]
+    return pa.RecordBatch.from_arrays(
+        [
+            taken(source.column("topic")),
+            taken(source.column("partition")),
+            taken(source.column("offset")),
+            decoded[0],
+            taken(_timestamps_ms(source.column("timestamp"))),
+            *decoded[1:],
+        ],
+        schema=_REQUEST_ARROW,
+    )
 
 
 def decode_events(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:

@@ -123,6 +123,12 @@ def with_due_date(pending: DataFrame) -> DataFrame:
 
 def write(pending: DataFrame, manifest: Manifest, path: str, overwrite: bool = False) -> None:
     """Write the timers, then the manifest (its presence marks the snapshot complete)."""
+    write_timers(pending, path, overwrite)
+    write_manifest(pending.sparkSession, manifest, path)
+
+
+def write_timers(pending: DataFrame, path: str, overwrite: bool = False) -> None:
+    """The timers of a snapshot, without its manifest: :func:`write_manifest` must follow."""
     mode = "overwrite" if overwrite else "errorifexists"
     try:
         # One task per due date writes it: a file per day, not one per day and shuffle partition.
@@ -134,7 +140,10 @@ def write(pending: DataFrame, manifest: Manifest, path: str, overwrite: bool = F
                 f"{path} already holds a snapshot: choose another --out, or --overwrite"
             ) from exc
         raise
-    spark = pending.sparkSession
+
+
+def write_manifest(spark: SparkSession, manifest: Manifest, path: str) -> None:
+    """The manifest, last: it marks the snapshot at ``path`` complete."""
     (
         spark.createDataFrame([(manifest.to_json(),)], "value string")
         .coalesce(1)

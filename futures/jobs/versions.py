@@ -28,7 +28,8 @@ from dataclasses import dataclass
 from pyspark.sql import Column, DataFrame, Window
 from pyspark.sql import functions as F
 
-from futures.jobs.decode import CANCEL, SCHEDULE
+from futures.ingress.base import PARSE_REASONS
+from futures.jobs.decode import CANCEL, SCHEDULE, TOMBSTONE
 
 PENDING = "pending"
 FIRED = "fired"
@@ -44,24 +45,22 @@ ORIGIN_LOG = "log"
 ORIGIN_BASE = "base"
 
 
-def _outcomes(events: DataFrame) -> tuple[DataFrame, DataFrame]:
-    """FIRED/REJECTED per version (by offset), and too-late drops (by due time)."""
-    by_offset = (
-        events.filter((F.col("kind").isin("FIRED", "REJECTED")) & (F.col("source_offset") >= 0))
-        .groupBy("partition", "timer_id", F.col("source_offset").alias("offset"))
+def _outcomes(events: DataFrame) -> DataFrame:
+    """Per timer (partition, id): the request offsets FIRED and REJECTED name, and the due
+    times of too-late drops (a timer dropped under TIMERS_LATE_POLICY=drop has no offset in its event).
+
+    Keyed like the classification's window, so one shuffle of the request rows serves both.
+    """
+    kind, offset = F.col("kind"), F.col("source_offset")
+    return (
+        events.filter(kind.isin("FIRED", "REJECTED"))
+        .groupBy("partition", "timer_id")
         .agg(
-            F.max(F.col("kind") == "FIRED").alias("ev_fired"),
-            F.max(F.col("kind") == "REJECTED").alias("ev_rejected"),
+            F.collect_set(F.when((kind == "FIRED") & (offset >= 0), offset)).alias("fired_at"),
+            F.collect_set(F.when((kind == "REJECTED") & (offset >= 0), offset)).alias("rejected_at"),
+            F.collect_set(F.when((kind == "REJECTED") & (offset < 0), F.col("due_ms"))).alias("dropped_due"),
         )
     )
-    # A too-late timer dropped under TIMERS_LATE_POLICY=drop has no offset in its event.
-    dropped = (
-        events.filter((F.col("kind") == "REJECTED") & (F.col("source_offset") < 0))
-        .select("partition", "timer_id", "due_ms")
-        .distinct()
-        .withColumn("ev_dropped", F.lit(True))
-    )
-    return by_offset, dropped
 
 
 def _log_order(requests: DataFrame, topics: int) -> DataFrame:
@@ -96,22 +95,24 @@ def classify(requests: DataFrame, events: DataFrame, topics: int = 1) -> DataFra
     by_timer = Window.partitionBy("partition", "timer_id", "valid").orderBy(
         "seq_ms", "topic", "offset", "idx"
     )
-    by_offset, dropped = _outcomes(events)
-    versions = (
-        rows.withColumn("next_kind", F.lead("kind").over(by_timer))
-        .join(by_offset, ["partition", "timer_id", "offset"], "left")
-        .join(dropped, ["partition", "timer_id", "due_ms"], "left")
+    # Joined on (partition, timer_id) before the window: the rows are shuffled once for both.
+    versions = rows.join(_outcomes(events), ["partition", "timer_id"], "left").withColumn(
+        "next_kind", F.lead("kind").over(by_timer)
     )
+
+    def named(column: str, value: str) -> Column:
+        return F.coalesce(F.array_contains(column, F.col(value)), F.lit(False))
+
     status: Column = (
         F.when(~F.col("valid"), F.lit(INVALID_RECORD))
         .when(F.col("kind") == CANCEL, F.lit(CANCEL_REQUEST))
-        .when(F.coalesce(F.col("ev_fired"), F.lit(False)), F.lit(FIRED))
-        .when(F.coalesce(F.col("ev_rejected"), F.col("ev_dropped"), F.lit(False)), F.lit(REJECTED))
+        .when(named("fired_at", "offset"), F.lit(FIRED))
+        .when(named("rejected_at", "offset") | named("dropped_due", "due_ms"), F.lit(REJECTED))
         .when(F.col("next_kind") == CANCEL, F.lit(CANCELLED))
         .when(F.col("next_kind").isNotNull(), F.lit(SUPERSEDED))
         .otherwise(F.lit(PENDING))
     )
-    return versions.withColumn("status", status).drop("valid", "ev_fired", "ev_rejected", "ev_dropped")
+    return versions.withColumn("status", status).drop("valid", "fired_at", "rejected_at", "dropped_due")
 
 
 @dataclass(frozen=True)
@@ -167,6 +168,63 @@ class Counts:
         return out
 
 
+_STATUSES = (PENDING, FIRED, REJECTED, CANCELLED, SUPERSEDED, CANCEL_REQUEST, INVALID_RECORD)
+#: What an invalid row's reason can be: the parser's codes, the decoder's tombstone, and
+#: ``unknown`` for none. Counted in the pass that writes the snapshot (:func:`count_columns`).
+_REASONS = tuple(sorted(PARSE_REASONS | {"batch-invalid", TOMBSTONE, "unknown"}))
+_OTHER_REASON = "reason:other"
+
+
+def count_columns() -> list[Column]:
+    """Aggregates of :func:`classify`'s rows that :func:`counts_of` turns into :class:`Counts`.
+
+    For ``DataFrame.observe``: the rows are counted while the snapshot is written,
+    in the same pass, instead of in one of their own.
+    """
+    reason = F.coalesce(F.col("reason"), F.lit("unknown"))
+    invalid = F.col("status") == INVALID_RECORD
+    return [
+        F.count_if(F.col("origin") == ORIGIN_BASE).alias("origin:base"),
+        F.count_if(F.col("origin") != ORIGIN_BASE).alias("origin:log"),
+        *(F.count_if(F.col("status") == s).alias(f"status:{s}") for s in _STATUSES),
+        *(F.count_if(invalid & (reason == r)).alias(f"reason:{r}") for r in _REASONS),
+        F.count_if(invalid & ~reason.isin(*_REASONS)).alias(_OTHER_REASON),
+    ]
+
+
+def counts_of(metrics: dict[str, int], events: tuple[int, int]) -> Counts | None:
+    """:class:`Counts` of the :func:`count_columns` ``metrics`` and ``events`` (read, undecodable).
+
+    None when some invalid row has a reason :func:`count_columns` does not know: then only
+    :func:`count` can tell them apart.
+    """
+    if metrics.get(_OTHER_REASON):
+        return None
+    by_status = {s: int(metrics.get(f"status:{s}", 0)) for s in _STATUSES}
+    invalid = {r: int(metrics.get(f"reason:{r}", 0)) for r in _REASONS}
+    versions = (PENDING, FIRED, REJECTED, CANCELLED, SUPERSEDED)
+    return Counts(
+        read=int(metrics.get("origin:log", 0)),
+        base=int(metrics.get("origin:base", 0)),
+        schedules=sum(by_status[s] for s in versions),
+        cancels=by_status[CANCEL_REQUEST],
+        superseded=by_status[SUPERSEDED],
+        fired=by_status[FIRED],
+        cancelled=by_status[CANCELLED],
+        rejected=by_status[REJECTED],
+        pending=by_status[PENDING],
+        invalid=tuple(sorted((r, n) for r, n in invalid.items() if n)),
+        events_read=events[0],
+        events_invalid=events[1],
+    )
+
+
+def count_events(events: DataFrame) -> tuple[int, int]:
+    """(events read, undecodable or tombstones) of decoded `timer-events` rows."""
+    rows = events.groupBy(F.col("kind").isin("UNDECODABLE", "TOMBSTONE").alias("bad")).count().collect()
+    return sum(int(r["count"]) for r in rows), sum(int(r["count"]) for r in rows if r["bad"])
+
+
 def count(classified: DataFrame, events: DataFrame) -> Counts:
     """Counts of ``classify``'s output (two small aggregations; the rows stay on the executors)."""
     rows = classified.groupBy("origin", "status", "reason").count().collect()
@@ -182,9 +240,7 @@ def count(classified: DataFrame, events: DataFrame) -> Counts:
         by_status[row["status"]] = by_status.get(row["status"], 0) + n
         if row["status"] == INVALID_RECORD:
             invalid[row["reason"] or "unknown"] = invalid.get(row["reason"] or "unknown", 0) + n
-    event_rows = events.groupBy(F.col("kind").isin("UNDECODABLE", "TOMBSTONE").alias("bad")).count().collect()
-    events_bad = sum(int(r["count"]) for r in event_rows if r["bad"])
-    events_total = sum(int(r["count"]) for r in event_rows)
+    events_total, events_bad = count_events(events)
     versions = (PENDING, FIRED, REJECTED, CANCELLED, SUPERSEDED)
     return Counts(
         read=read,

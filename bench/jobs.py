@@ -1,0 +1,176 @@
+"""``make bench-jobs``: how fast ``timers-compact`` compacts a large request log with 1, 2 and 4 Spark tasks.
+
+``python -m bench.jobs [--records N] [--masters local[1],local[2],local[4]] [--out docs/bench/jobs.md]``
+
+Writes N request records (default 10 M; the workload of :mod:`bench.jobs_compact`:
+80 % new timers, 10 % reschedules, 10 % cancels, a FIRED event for every fifth)
+to a fresh topic set on the embedded broker (or ``KAFKA_BOOTSTRAP_SERVERS``), then
+compacts it once per master, each in a fresh SparkSession, and reports for each:
+request rows per second of the whole job (plan, read, decode, classify, count,
+write the Parquet snapshot; the SparkSession start excluded), the CPU seconds the
+job took in every process (driver, JVM, Python workers), and the load average:
+the machine may be shared, and wall-clock rates only mean something next to it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import tempfile
+import time
+import uuid
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+
+from bench.jobs_compact import PARTITIONS, fill
+from futures.jobs.compact import CompactOptions, run
+from futures.jobs.config import JobConfig
+from futures.jobs.session import SparkSettings, build_session
+from ktimers.broker import start_broker
+from ktimers.topics import create_topics
+
+REPO = Path(__file__).resolve().parent.parent
+_TICK = os.sysconf("SC_CLK_TCK")
+
+
+def tree_cpu_s(root: int | None = None, without: int | None = None) -> float:
+    """CPU seconds (user + system) of ``root`` (default: this process) and every descendant,
+    including the children they have reaped (Spark's Python workers), except the tree of ``without``."""
+    root = os.getpid() if root is None else root
+    stats: dict[int, tuple[int, float]] = {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        # After the command: state, ppid, ..., utime (14th field of the line), stime, cutime, cstime.
+        ppid = int(fields[1])
+        cpu = sum(int(x) for x in fields[11:15]) / _TICK
+        stats[int(entry)] = (ppid, cpu)
+    children: dict[int, list[int]] = {}
+    for pid, (ppid, _) in stats.items():
+        children.setdefault(ppid, []).append(pid)
+    total, todo = 0.0, [root]
+    while todo:
+        pid = todo.pop()
+        if pid == without:
+            continue
+        total += stats.get(pid, (0, 0.0))[1]
+        todo += children.get(pid, [])
+    return total
+
+
+@dataclass(frozen=True)
+class Measured:
+    master: str
+    rows: int
+    events: int
+    pending: int
+    seconds: float
+    cpu_s: float
+    load_before: tuple[float, float, float]
+    load_after: tuple[float, float, float]
+
+    @property
+    def rate(self) -> float:
+        return self.rows / self.seconds
+
+    def row(self) -> str:
+        load = (
+            "/".join(f"{x:.1f}" for x in self.load_before)
+            + " → "
+            + "/".join(f"{x:.1f}" for x in self.load_after)
+        )
+        return (
+            f"| {self.master} | {self.rows:,} | {self.seconds:.1f} s | **{self.rate:,.0f}/s** | "
+            f"{self.cpu_s:.0f} s ({self.cpu_s / self.rows * 1e6:.1f} µs/row) | {load} |"
+        )
+
+
+def measure(config: JobConfig, master: str, broker: int | None) -> Measured:
+    """One compaction on ``master``; ``broker``: the pid of an embedded broker, whose CPU is not the job's."""
+    spark = build_session(SparkSettings(master=master, progress=False, shuffle_partitions=8))
+    try:
+        with tempfile.TemporaryDirectory(prefix="bench-jobs-") as out:
+            load_before = os.getloadavg()
+            cpu_before = tree_cpu_s(without=broker)
+            result = run(spark, config, CompactOptions(out=f"{out}/snapshot"))
+            cpu = tree_cpu_s(without=broker) - cpu_before
+            load_after = os.getloadavg()
+    finally:
+        spark.stop()
+    c = result.counts
+    return Measured(master, c.read, c.events_read, c.pending, result.seconds, cpu, load_before, load_after)
+
+
+def report(records: int, fill_s: float, results: list[Measured], command: str) -> str:
+    when = datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC")
+    lines = [
+        "# Spark jobs: compaction speed",
+        "",
+        f"Run on {when}: `{command}`, on {os.cpu_count()} cores. A log of {records:,} request records "
+        f"({PARTITIONS} partitions; 80 % new timers, 10 % reschedules, 10 % cancels, a FIRED event for "
+        f"every fifth), written in {fill_s:.0f} s, compacted once per Spark master into a Parquet "
+        "snapshot. Rate: request rows per second of the whole job (plan, read Kafka, decode, classify, "
+        "count, write), SparkSession start excluded. CPU: seconds used by the driver, the JVM and the "
+        "Python workers together (not the broker's). Load: the 1/5/15-minute load average before → "
+        "after; above the core count, other processes shared the machine and the rate is lower than "
+        "the job can do alone.",
+        "",
+        "| master | request rows | took | rate | CPU | load before → after |",
+        "|---|---|---|---|---|---|",
+        *(m.row() for m in results),
+        "",
+        "Regenerate: `make bench-jobs` (`RECORDS=1000000 make bench-jobs` for a quicker run).",
+        "",
+    ]
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m bench.jobs", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--records", type=int, default=10_000_000)
+    parser.add_argument("--masters", default="local[1],local[2],local[4]", help="comma-separated")
+    parser.add_argument("--out", type=Path, default=REPO / "docs" / "bench" / "jobs.md")
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s", datefmt="%H:%M:%S")
+    logging.getLogger("py4j").setLevel(logging.WARNING)
+    broker = None if os.environ.get("KAFKA_BOOTSTRAP_SERVERS") else start_broker()
+    try:
+        env = dict(os.environ) if broker is None else {**os.environ, **broker.env()}
+        suffix = uuid.uuid4().hex[:8]
+        env.update(
+            TIMERS_TOPIC_OSCILLATOR=f"oscillator-{suffix}",
+            TIMERS_TOPIC_REQUEST=f"timer-request-{suffix}",
+            TIMERS_TOPIC_EVENTS=f"timer-events-{suffix}",
+            TIMERS_TOPIC_DLQ=f"timer-request-dlq-{suffix}",
+            TIMERS_PARTITIONS=str(PARTITIONS),
+        )
+        config = JobConfig.from_env(env)
+        create_topics(config.common)
+        started = time.monotonic()
+        fill(config.common, args.records)
+        fill_s = time.monotonic() - started
+        print(f"wrote {args.records:,} request records in {fill_s:.1f}s", flush=True)
+        results = []
+        for master in args.masters.split(","):
+            measured = measure(config, master.strip(), broker.process.pid if broker else None)
+            print(measured.row(), flush=True)
+            results.append(measured)
+    finally:
+        if broker is not None:
+            broker.stop()
+    command = f"python -m bench.jobs --records {args.records} --masters {args.masters}"
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(report(args.records, fill_s, results, command))
+    print(f"report: {args.out}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
