@@ -1,4 +1,4 @@
-"""``docs/BENCHMARKS.md`` and its plots, from the :class:`Results` of one or more runs.
+"""``docs/BENCHMARKS.md`` from the :class:`Results` of one or more runs (plots: :mod:`bench.plots`).
 
 With several runs every figure is the median over the runs, followed by its spread
 (min–max); a ratio is computed inside each run, then the median taken. Plots of
@@ -8,30 +8,27 @@ distributions and rates over time show the first run; the hot-second plot shows 
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from pathlib import Path
 
-import matplotlib
-
-matplotlib.use("Agg")  # files only: no display on CI or servers
-
-import matplotlib.pyplot as plt  # noqa: E402 - after choosing the backend
-import numpy as np  # noqa: E402
-
-from bench.aggregate import Getter, Spread, of_fire, percent, rate, ratio, spread  # noqa: E402
-from bench.aggregate import ms as _ms  # noqa: E402
-from bench.collector import FETCH_WAIT_MS  # noqa: E402
-from bench.redis_baseline import DURABLE_ARGS  # noqa: E402
-from bench.results import OURS, REDIS, REDIS_AOF, REDIS_SYSTEMS, Capacity, Fire, Results, plain  # noqa: E402
-from bench.targets import MISSED, evaluate  # noqa: E402
+from bench.aggregate import Getter, Spread, of_fire, percent, rate, ratio, spread
+from bench.aggregate import ms as _ms
+from bench.collector import FETCH_WAIT_MS
+from bench.plots import (
+    HOT_PLOT,
+    Runs,
+    first_fire,
+    plot_fire_rate,
+    plot_hot_second,
+    plot_lateness,
+    workload_title,
+)
+from bench.profiling import profiles_section
+from bench.redis_baseline import DURABLE_ARGS
+from bench.results import OURS, REDIS, REDIS_AOF, REDIS_SYSTEMS, Capacity, Fire, Results, plain
+from bench.targets import MISSED, evaluate
 
 PLOT_DIR = "bench"
-COLORS = {OURS: "tab:blue", REDIS: "tab:red", REDIS_AOF: "tab:orange"}
-#: In plots, our precise mode apart from our second mode.
-PRECISE_COLOR = "tab:green"
-HOT_PLOT = "hot-second.png"
-#: Buckets of the hot-second plot (seconds).
-HOT_BUCKET_S = 0.1
 WHY_REDIS_AHEAD = {
     "ingest": "a ZADD is one write to Redis's memory, acknowledged at once (the durable setup appends it "
     "to a file that is fsynced once a second, off the ZADD's path); a timer request goes through Kafka, "
@@ -48,30 +45,8 @@ WHY_REDIS_AHEAD = {
 SLOW_DISPATCH_MS = 200.0
 
 
-Runs = Sequence[Results]
-
-
 def _mb(value: float) -> str:
     return f"{value / 1e6:,.1f} MB"
-
-
-def _workload_title(fire: Fire) -> str:
-    name = fire.workload
-    if name == "hot-second":
-        return f"hot second ({fire.timers:,} timers due in one second)"
-    if name == "precise-hot-second":
-        return f"precise hot second ({fire.timers:,} timers due in one second)"
-    if name == "capacity-hot":
-        return f"hot second at capacity ({fire.timers:,} due)"
-    if name == "spread":
-        offered = f" = {fire.timers / fire.window_s:,.0f}/s" if fire.window_s else ""
-        return f"spread ({fire.timers:,} timers over {fire.window_s:g} s{offered})"
-    kind, _, per_s = name.partition("-")
-    return f"{kind} {int(per_s):,}/s for {fire.window_s:g} s ({fire.timers:,} timers)"
-
-
-def _first_fire(runs: Runs, system: str, workload: str) -> Fire | None:
-    return next((f for r in runs if (f := r.fire(system, workload)) is not None), None)
 
 
 def _ceiling(r: Results) -> float | None:
@@ -126,13 +101,13 @@ def throughput_table(runs: Runs) -> list[str]:
                 cells += ["", ""]
         rows.append(f"| ingest, {what} ({ing.timers:,} timers) | {' | '.join(cells)} |")
     for workload in ("hot-second", "spread", "capacity-hot"):
-        known = [f for s in (OURS, *REDIS_SYSTEMS) if (f := _first_fire(runs, s, workload))]
+        known = [f for s in (OURS, *REDIS_SYSTEMS) if (f := first_fire(runs, s, workload))]
         if not known:
             continue
         cells = []
         for system in (OURS, *REDIS_SYSTEMS):
             cells += _rate_and_share(runs, of_fire(system, workload, lambda f: f.fire_rate))
-        rows.append(f"| fire, {_workload_title(known[0])} | {' | '.join(cells)} |")
+        rows.append(f"| fire, {workload_title(known[0])} | {' | '.join(cells)} |")
     return rows
 
 
@@ -171,7 +146,7 @@ def lateness_table(runs: Runs) -> list[str]:
             str(sum(x.early for x in late)),
             spread(runs, of_fire(system, workload, lambda f: f.lateness.fired_p99_ms)).show(_ms),
         ]
-        rows.append(f"| {_workload_title(fires[0])} | {system} | {' | '.join(cells)} |")
+        rows.append(f"| {workload_title(fires[0])} | {system} | {' | '.join(cells)} |")
     return rows
 
 
@@ -184,7 +159,7 @@ def precise_table(runs: Runs) -> list[str]:
     for system, workload in _pairs(runs):
         if system != OURS or not workload.startswith("precise"):
             continue
-        fire = _first_fire(runs, system, workload)
+        fire = first_fire(runs, system, workload)
         assert fire is not None  # noqa: S101 - listed by _pairs
         cells = [
             spread(runs, of_fire(system, workload, get)).show(_ms)
@@ -197,7 +172,7 @@ def precise_table(runs: Runs) -> list[str]:
                 lambda f: f.lateness.max_ms,
             )
         ]
-        rows.append(f"| {_workload_title(fire)} | {' | '.join(cells)} |")
+        rows.append(f"| {workload_title(fire)} | {' | '.join(cells)} |")
     return rows if len(rows) > 2 else []
 
 
@@ -283,16 +258,16 @@ def redis_ahead_section(runs: Runs) -> list[str]:
     for workload in ("hot-second", "spread", "capacity-hot"):
         ours = spread(runs, of_fire(OURS, workload, lambda f: f.fire_rate))
         theirs = spread(runs, of_fire(REDIS, workload, lambda f: f.fire_rate))
-        fire = _first_fire(runs, OURS, workload)
+        fire = first_fire(runs, OURS, workload)
         if fire and ours.known and theirs.known and _clearly_more(theirs.median, ours.median):
             both = _redis_cell(runs, lambda f: f.fire_rate, workload, "/s")
-            title = _workload_title(fire)
+            title = workload_title(fire)
             lines.append(f"- **Fire rate, {title}**: Redis {both} vs ours {ours.median:,.0f}/s: "
                          f"{WHY_REDIS_AHEAD['fire']}.")  # fmt: skip
     for system, workload in _pairs(runs):
         if system != OURS or workload.startswith("precise"):
             continue
-        fire = _first_fire(runs, OURS, workload)
+        fire = first_fire(runs, OURS, workload)
         p99 = spread(runs, of_fire(OURS, workload, lambda f: f.lateness.p99_ms))
         theirs = spread(runs, of_fire(REDIS, workload, lambda f: f.lateness.p99_ms))
         if fire is None or not (p99.known and theirs.known):
@@ -311,100 +286,9 @@ def redis_ahead_section(runs: Runs) -> list[str]:
             why = WHY_REDIS_AHEAD["tick-path"]
         both = _redis_cell(runs, lambda f: f.lateness.p99_ms, workload, " ms")
         lines.append(
-            f"- **Lateness p99, {_workload_title(fire)}**: Redis {both} vs ours {p99.median:,.0f} ms: {why}."
+            f"- **Lateness p99, {workload_title(fire)}**: Redis {both} vs ours {p99.median:,.0f} ms: {why}."
         )
     return lines or ["- Nowhere in these runs."]
-
-
-def profiles_section(r: Results) -> list[str]:
-    lines = []
-    for prof in r.profiles:
-        if not prof.top_self:
-            lines.append(f"- `{prof.phase}`: {prof.note or 'no samples'}")
-            continue
-        top = ", ".join(f"`{fn}` {pct:.0f} %" for fn, pct in prof.top_self[:6])
-        ours = ", ".join(f"`{fn}` {pct:.0f} %" for fn, pct in prof.top_ours[:5])
-        lines.append(f"- `{prof.phase}` ({prof.samples:,} samples): own time: {top}")
-        if ours:
-            lines.append(f"  - our code, time on the stack: {ours}")
-    return lines or ["- Not profiled in this run."]
-
-
-def _color(fire: Fire) -> str | None:
-    return PRECISE_COLOR if fire.workload.startswith("precise") else COLORS.get(fire.system)
-
-
-def plot_lateness(r: Results, path: Path) -> None:
-    workloads = list(dict.fromkeys(f.workload for f in r.fires))
-    fig, axes = plt.subplots(len(workloads), 1, figsize=(9, 2.6 * max(len(workloads), 1)), squeeze=False)
-    for ax, workload in zip(axes[:, 0], workloads, strict=True):
-        for fire in (f for f in r.fires if f.workload == workload):
-            if fire.arrivals is None or fire.arrivals.count == 0:
-                continue
-            late = np.sort(fire.arrivals.received_ms - fire.arrivals.due_ms)
-            share = np.arange(1, late.size + 1) / late.size
-            ax.plot(late, share, color=_color(fire), label=f"{fire.system}")
-            ax.axvline(fire.lateness.p99_ms, color=_color(fire), linestyle=":", linewidth=1)
-        ax.set_title(_workload_title(next(f for f in r.fires if f.workload == workload)), fontsize=10)
-        ax.set_xlabel("lateness: received − due (ms); dotted: p99")
-        ax.set_ylabel("share of timers")
-        ax.grid(alpha=0.3)
-        ax.legend(loc="lower right", fontsize=8)
-    fig.tight_layout()
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
-
-
-def plot_fire_rate(r: Results, path: Path) -> None:
-    workloads = list(dict.fromkeys(f.workload for f in r.fires))
-    fig, axes = plt.subplots(len(workloads), 1, figsize=(9, 2.6 * max(len(workloads), 1)), squeeze=False)
-    for ax, workload in zip(axes[:, 0], workloads, strict=True):
-        for fire in (f for f in r.fires if f.workload == workload):
-            if fire.series_t:
-                ax.step(fire.series_t, fire.series_rate, where="post", color=_color(fire), label=fire.system)
-        ax.set_title(_workload_title(next(f for f in r.fires if f.workload == workload)), fontsize=10)
-        ax.set_xlabel("seconds since the first timers became due (hot second: its tick)")
-        ax.set_ylabel("callbacks/s")
-        ax.grid(alpha=0.3)
-        ax.legend(loc="upper right", fontsize=8)
-    fig.tight_layout()
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
-
-
-#: The hot-second plot: (system, workload, label) of each line.
-HOT_LINES = (
-    (OURS, "hot-second", "kafka-timers"),
-    (OURS, "precise-hot-second", "kafka-timers, precise mode"),
-    (REDIS, "hot-second", "redis-zset (in memory)"),
-    (REDIS_AOF, "hot-second", "redis-zset-aof (durable)"),
-)
-
-
-def plot_hot_second(runs: Runs, path: Path) -> None:
-    """Callbacks per 100 ms against time after the hot second's due time, every run."""
-    fig, ax = plt.subplots(figsize=(9, 4))
-    for system, workload, label in HOT_LINES:
-        for index, r in enumerate(runs):
-            fire = r.fire(system, workload)
-            if fire is None or not fire.series_t:
-                continue
-            per_bucket = [v * HOT_BUCKET_S for v in fire.series_rate]
-            color = PRECISE_COLOR if workload.startswith("precise") else COLORS.get(system)
-            ax.step(fire.series_t, per_bucket, where="post", color=color, alpha=0.9 if index == 0 else 0.45,
-                    label=label if index == 0 else None)  # fmt: skip
-    size = _first_fire(runs, OURS, "hot-second") or _first_fire(runs, REDIS, "hot-second")
-    runs_note = f", {len(runs)} runs (run 1 darker)" if len(runs) > 1 else ""
-    ax.set_title(
-        f"Hot second: {size.timers if size else 0:,} timers due in one second{runs_note}", fontsize=10
-    )
-    ax.set_xlabel("seconds after due (0: the end of the due second, the tick that fires it)")
-    ax.set_ylabel(f"callbacks per {HOT_BUCKET_S * 1000:.0f} ms")
-    ax.grid(alpha=0.3)
-    ax.legend(loc="upper right", fontsize=8)
-    fig.tight_layout()
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
 
 
 def method_section(r: Results) -> list[str]:
@@ -466,7 +350,7 @@ def _notes(runs: Runs) -> list[str]:
         prefix = f"run {index + 1}: " if len(runs) > 1 else ""
         found = list(r.notes)
         for fire in r.fires:
-            found += [f"{fire.system}, {_workload_title(fire)}: {n}" for n in fire.notes]
+            found += [f"{fire.system}, {workload_title(fire)}: {n}" for n in fire.notes]
         for cap in r.capacity:
             found += [f"{cap.system}, capacity: {n}" for n in cap.notes]
             if cap.broker_rss_delta is not None:
@@ -582,7 +466,7 @@ def write(runs: Runs, out_dir: Path) -> Path:
         "",
         "## Where the worker's time goes (py-spy, own time per function, run 1)",
         "",
-        *profiles_section(first),
+        *profiles_section(first.profiles),
         "",
         "## Machine and versions",
         "",

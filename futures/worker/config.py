@@ -43,11 +43,7 @@ WORKER_ENV: tuple[EnvVar, ...] = (
         "TIMERS_WEB_HOST", "127.0.0.1", "address of /metrics, /healthz, /readyz and the admin page and API"
     ),
     EnvVar("TIMERS_WEB_PORT", "6066", "port of the same"),
-    EnvVar(
-        "TIMERS_LATE_POLICY",
-        "fire",
-        "requests already due fire on arrival; beyond TIMERS_MAX_LATENESS_S, drop or dlq them instead",
-    ),
+    EnvVar("TIMERS_LATE_POLICY", "fire", "fire, drop or dlq requests later than TIMERS_MAX_LATENESS_S"),
     EnvVar("TIMERS_MAX_LATENESS_S", "3600", "see TIMERS_LATE_POLICY, seconds"),
     EnvVar("TIMERS_CLOCK_TOLERANCE_MS", "500", "how far a tick may be ahead of the worker clock"),
     EnvVar(
@@ -59,30 +55,14 @@ WORKER_ENV: tuple[EnvVar, ...] = (
         "fnmatch patterns refused as callback topics; empty allows them. "
         "The service's own topics, __* and <app-id>-* are always refused",
     ),
-    EnvVar(
-        "TIMERS_MAX_PAYLOAD_BYTES",
-        "1000000",
-        "largest timer as stored; larger requests are dead-lettered payload-too-large",
-    ),
+    EnvVar("TIMERS_MAX_PAYLOAD_BYTES", "1000000", "largest timer as stored (else payload-too-large)"),
     EnvVar("TIMERS_MAX_DUE_AHEAD_S", "0 (none)", "timers due further ahead are dead-lettered"),
     EnvVar("TIMERS_INGEST_BATCH_SIZE", "2000", "request records per ingest step"),
     EnvVar("TIMERS_FIRE_CHUNK_SIZE", "20000", "timers dispatched per flush; bounds duplicates after a crash"),
     EnvVar("TIMERS_PRECISE", "0", "1: send each timer at its own millisecond instead of at the next tick"),
-    EnvVar(
-        "TIMERS_ADMIN_TOKEN",
-        f"{NO_DEFAULT} (read-only)",
-        "bearer token for the admin API's cancel and reschedule; 16+ characters",
-    ),
-    EnvVar(
-        "TIMERS_ADMIN_STALL_AFTER_S",
-        "5",
-        "the admin page shows a partition red when its clock is this far behind, seconds",
-    ),
-    EnvVar(
-        "TIMERS_INSTANCE_ID",
-        f"{NO_DEFAULT} (dynamic membership)",
-        "static group membership: a name stable across restarts, unique in the group (the pod name)",
-    ),
+    EnvVar("TIMERS_ADMIN_TOKEN", f"{NO_DEFAULT} (read-only)", "admin API bearer token, 16+ characters"),
+    EnvVar("TIMERS_ADMIN_STALL_AFTER_S", "5", "a partition's clock this far behind shows red, seconds"),
+    EnvVar("TIMERS_INSTANCE_ID", f"{NO_DEFAULT} (dynamic membership)", "static member name: the pod name"),
     EnvVar("TIMERS_SESSION_TIMEOUT_S", "6 (embedded: 6)", "consumer group session timeout, seconds"),
     EnvVar("TIMERS_HEARTBEAT_S", "1 (embedded: 0.5)", "heartbeat interval, seconds"),
     EnvVar("TIMERS_REBALANCE_TIMEOUT_S", "20 (embedded: 6)", "rebalance timeout, seconds"),
