@@ -166,6 +166,8 @@ def _snapshot(path: Path) -> tuple[set[tuple[Any, ...]], dict[str, Any]]:
     return rows, Manifest.from_json(manifest_file.read_text().strip()).counts
 
 
+# Four spark-submit runs (a JVM each) on a 2-core machine: more than the default 300 s under load.
+@pytest.mark.timeout(900)
 def test_compact_and_replay_on_a_standalone_cluster_match_local(
     cluster: str, broker_env: dict[str, str], tmp_path: Path
 ) -> None:
