@@ -219,19 +219,23 @@ def decode_events(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]
     A record that is not a TimerEvent becomes one row of kind ``UNDECODABLE``
     (``TOMBSTONE`` without a value), counted, never fatal.
     """
-    names = TimerEvent.Kind.Name
+    # Kind names by number in a dict (cheaper than Kind.Name, which still says why a number is unknown).
+    known = {number: TimerEvent.Kind.Name(number) for number in TimerEvent.Kind.values()}
+    name = TimerEvent.Kind.Name
+    parse = TimerEvent.FromString
     for batch in batches:
-        out: dict[str, list[Any]] = {name: [] for name in _EVENT_ARROW.names}
+        rows: list[tuple[Any, ...]] = []
         for value in batch.column("value").to_pylist():
-            row: tuple[Any, ...]
             if value is None:
-                row = (None, EVENT_TOMBSTONE, None, None, None, None, None)
-            else:
-                try:
-                    e = TimerEvent.FromString(value)
-                    row = (e.id, names(e.kind), e.partition, e.source_offset, e.due_ms, e.at_ms, e.reason)
-                except Exception as exc:  # noqa: BLE001 - DecodeError, or an unknown enum value
-                    row = (None, UNDECODABLE, None, None, None, None, f"{exc.__class__.__name__}: {exc}")
-            for name, cell in zip(_EVENT_ARROW.names, row, strict=True):
-                out[name].append(cell)
-        yield pa.RecordBatch.from_pydict(out, schema=_EVENT_ARROW)
+                rows.append((None, EVENT_TOMBSTONE, None, None, None, None, None))
+                continue
+            try:
+                e = parse(value)
+                kind = known.get(e.kind) or name(e.kind)
+                rows.append((e.id, kind, e.partition, e.source_offset, e.due_ms, e.at_ms, e.reason))
+            except Exception as exc:  # noqa: BLE001 - DecodeError, or an unknown enum value
+                rows.append((None, UNDECODABLE, None, None, None, None, f"{exc.__class__.__name__}: {exc}"))
+        columns: list[Any] = list(zip(*rows, strict=True)) if rows else [()] * len(_EVENT_ARROW)
+        yield pa.RecordBatch.from_arrays(
+            [pa.array(c, f.type) for c, f in zip(columns, _EVENT_ARROW, strict=True)], schema=_EVENT_ARROW
+        )

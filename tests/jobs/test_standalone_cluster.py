@@ -24,7 +24,7 @@ import pytest
 from confluent_kafka import Producer
 
 from futures.jobs.snapshot import Manifest
-from ktimers.wire import KIND_CANCEL, KIND_HEADER, Cancel, Future, TimerEvent
+from ktimers.wire import H_FIRED_MS, KIND_CANCEL, KIND_HEADER, Cancel, Future, TimerEvent
 from tests.integration.conftest import TopicReader, fresh_env
 
 pytestmark = pytest.mark.integration
@@ -32,6 +32,7 @@ pytestmark = pytest.mark.integration
 SPARK_HOME = Path(pyspark.__file__).parent
 BIN = Path(sys.executable).parent
 PARTITIONS = 4
+CALLBACKS = f"orders-{uuid.uuid4().hex[:8]}"
 
 
 def _free_port() -> int:
@@ -68,11 +69,16 @@ def _stop(proc: subprocess.Popen[bytes]) -> None:
     if proc.poll() is not None:
         return
     os.killpg(proc.pid, signal.SIGTERM)  # its own process group: the JVM and anything it started
-    try:
-        proc.wait(timeout=15)
-    except subprocess.TimeoutExpired:
+    deadline = time.monotonic() + 15
+    while time.monotonic() < deadline:
+        try:
+            os.killpg(proc.pid, 0)
+        except ProcessLookupError:
+            break
+        time.sleep(0.2)
+    else:
         os.killpg(proc.pid, signal.SIGKILL)
-        proc.wait(timeout=15)
+    proc.wait(timeout=15)
 
 
 @pytest.fixture(scope="module")
@@ -130,7 +136,7 @@ def _write_log(env: dict[str, str], t0_ms: int) -> dict[str, set[str]]:
     fate: dict[str, set[str]] = {"fired": set(), "cancelled": set(), "pending": set()}
     for n in range(30):
         timer = f"t{n}"
-        future = Future(id=timer, due_ms=t0_ms + n, callBackTopic="orders", callBackKey=timer, callBack=b"x")
+        future = Future(id=timer, due_ms=t0_ms + n, callBackTopic=CALLBACKS, callBackKey=timer, callBack=b"x")
         send(timer, future.SerializeToString())
         if n < 10:  # fired: the worker's FIRED event names the version by its offset
             offset = max(o for (t, o) in offsets if t == timer)
@@ -166,8 +172,7 @@ def _snapshot(path: Path) -> tuple[set[tuple[Any, ...]], dict[str, Any]]:
     return rows, Manifest.from_json(manifest_file.read_text().strip()).counts
 
 
-# Four spark-submit runs (a JVM each) on a 2-core machine: more than the default 300 s under load.
-@pytest.mark.timeout(900)
+@pytest.mark.timeout(900)  # four Spark jobs, each starting its own driver
 def test_compact_and_replay_on_a_standalone_cluster_match_local(
     cluster: str, broker_env: dict[str, str], tmp_path: Path
 ) -> None:
@@ -186,19 +191,22 @@ def test_compact_and_replay_on_a_standalone_cluster_match_local(
     assert (counts["fired"], counts["cancelled"], counts["superseded"], counts["pending"]) == (10, 5, 5, 15)
     assert results["local[2]"] == (timers, counts)
 
-    # Re-send the callbacks of everything due in the last two hours that fired or is pending.
+    # Re-send the callbacks (to their topic) of everything due in the last two hours that fired or is pending.
+    window = ["--due-from", str((t0_ms - 3_600_000) // 1000), "--due-to", "now"]
+    reader = TopicReader(env["KAFKA_BOOTSTRAP_SERVERS"], CALLBACKS, PARTITIONS)
     sent = {}
-    for master in (cluster, "local[2]"):
-        topic = f"replayed-{uuid.uuid4().hex[:6]}"
-        window = ["--due-from", str((t0_ms - 3_600_000) // 1000), "--due-to", "now"]
-        _run("timers-replay", ["--master", master, "--from-log", "--to-topic", topic, *window], env)
-        reader = TopicReader(env["KAFKA_BOOTSTRAP_SERVERS"], topic, PARTITIONS)
-        try:
-            reader.read_until(lambda got: len(got) >= 25, timeout_s=30)
+    try:
+        for n, master in enumerate((cluster, "local[2]"), start=1):
+            _run("timers-replay", ["--master", master, "--from-log", "--to-topic", CALLBACKS, *window], env)
+            before = len(reader.records)
+            wanted = 25 * n
+            reader.read_until(lambda got: len(got) >= wanted, timeout_s=60)  # noqa: B023 - used at once
             reader.poll(1.0)  # and nothing more
-        finally:
-            reader.close()
-        sent[master] = sorted((r.key or b"", r.value or b"", tuple(r.headers)) for r in reader.records)
+            sent[master] = sorted(
+                (r.key or b"", r.value or b"", tuple(r.headers)) for r in reader.records[before:]
+            )
+    finally:
+        reader.close()
     assert {key.decode() for key, _, _ in sent[cluster]} == fate["fired"] | fate["pending"]
     assert len(sent[cluster]) == 25
     assert sent["local[2]"] == sent[cluster]
