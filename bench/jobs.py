@@ -2,7 +2,7 @@
 
 ``python -m bench.jobs [--records N] [--masters local[1],local[2],local[4]] [--out docs/bench/jobs.md]``
 
-Writes N request records (default 10 M; the workload of :mod:`bench.jobs_compact`:
+Writes N request records (default 10 M; the workload of :mod:`bench.joblog`:
 80 % new timers, 10 % reschedules, 10 % cancels, a FIRED event for every fifth)
 to a fresh topic set on the embedded broker (or ``KAFKA_BOOTSTRAP_SERVERS``), then
 compacts it once per master, each in a fresh SparkSession, and reports for each:
@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 
-from bench.jobs_compact import PARTITIONS, fill
+from bench.joblog import PARTITIONS, fill
 from futures.jobs.compact import CompactOptions, run
 from futures.jobs.config import JobConfig
 from futures.jobs.session import SparkSettings, build_session

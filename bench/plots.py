@@ -5,8 +5,9 @@ Distributions and rates over time show the first run; the hot-second plot shows 
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import Any
 
 import matplotlib
 
@@ -50,42 +51,47 @@ def _color(fire: Fire) -> str | None:
     return PRECISE_COLOR if fire.workload.startswith("precise") else COLORS.get(fire.system)
 
 
-def plot_lateness(r: Results, path: Path) -> None:
+def _per_workload(
+    r: Results, path: Path, draw: Callable[[Any, Fire], None], xlabel: str, ylabel: str, legend: str
+) -> None:
+    """One panel per workload of ``r``, each system drawn on it by ``draw(axes, fire)``."""
     workloads = list(dict.fromkeys(f.workload for f in r.fires))
     fig, axes = plt.subplots(len(workloads), 1, figsize=(9, 2.6 * max(len(workloads), 1)), squeeze=False)
     for ax, workload in zip(axes[:, 0], workloads, strict=True):
-        for fire in (f for f in r.fires if f.workload == workload):
-            if fire.arrivals is None or fire.arrivals.count == 0:
-                continue
-            late = np.sort(fire.arrivals.received_ms - fire.arrivals.due_ms)
-            share = np.arange(1, late.size + 1) / late.size
-            ax.plot(late, share, color=_color(fire), label=f"{fire.system}")
-            ax.axvline(fire.lateness.p99_ms, color=_color(fire), linestyle=":", linewidth=1)
-        ax.set_title(workload_title(next(f for f in r.fires if f.workload == workload)), fontsize=10)
-        ax.set_xlabel("lateness: received − due (ms); dotted: p99")
-        ax.set_ylabel("share of timers")
+        fires = [f for f in r.fires if f.workload == workload]
+        for fire in fires:
+            draw(ax, fire)
+        ax.set_title(workload_title(fires[0]), fontsize=10)
+        ax.set_xlabel(xlabel)
+        ax.set_ylabel(ylabel)
         ax.grid(alpha=0.3)
-        ax.legend(loc="lower right", fontsize=8)
+        ax.legend(loc=legend, fontsize=8)
     fig.tight_layout()
     fig.savefig(path, dpi=100)
     plt.close(fig)
+
+
+def plot_lateness(r: Results, path: Path) -> None:
+    def draw(ax: Any, fire: Fire) -> None:
+        if fire.arrivals is None or fire.arrivals.count == 0:
+            return
+        late = np.sort(fire.arrivals.received_ms - fire.arrivals.due_ms)
+        share = np.arange(1, late.size + 1) / late.size
+        ax.plot(late, share, color=_color(fire), label=f"{fire.system}")
+        ax.axvline(fire.lateness.p99_ms, color=_color(fire), linestyle=":", linewidth=1)
+
+    _per_workload(
+        r, path, draw, "lateness: received − due (ms); dotted: p99", "share of timers", "lower right"
+    )
 
 
 def plot_fire_rate(r: Results, path: Path) -> None:
-    workloads = list(dict.fromkeys(f.workload for f in r.fires))
-    fig, axes = plt.subplots(len(workloads), 1, figsize=(9, 2.6 * max(len(workloads), 1)), squeeze=False)
-    for ax, workload in zip(axes[:, 0], workloads, strict=True):
-        for fire in (f for f in r.fires if f.workload == workload):
-            if fire.series_t:
-                ax.step(fire.series_t, fire.series_rate, where="post", color=_color(fire), label=fire.system)
-        ax.set_title(workload_title(next(f for f in r.fires if f.workload == workload)), fontsize=10)
-        ax.set_xlabel("seconds since the first timers became due (hot second: its tick)")
-        ax.set_ylabel("callbacks/s")
-        ax.grid(alpha=0.3)
-        ax.legend(loc="upper right", fontsize=8)
-    fig.tight_layout()
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
+    def draw(ax: Any, fire: Fire) -> None:
+        if fire.series_t:
+            ax.step(fire.series_t, fire.series_rate, where="post", color=_color(fire), label=fire.system)
+
+    xlabel = "seconds since the first timers became due (hot second: its tick)"
+    _per_workload(r, path, draw, xlabel, "callbacks/s", "upper right")
 
 
 #: The hot-second plot: (system, workload, label) of each line.
