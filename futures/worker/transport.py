@@ -1,4 +1,4 @@
-"""Faust's Kafka transport, with two changes the timer worker needs.
+"""Faust's Kafka transport, with the changes the timer worker needs.
 
 1. **Resume from the table, not from Faust's committed offsets.** Faust acks
    (and so commits) records it skips without processing: those fetched while
@@ -13,18 +13,16 @@
    ``fetch_max_wait_ms=1500``. Kafka answers a waiting fetch as soon as data
    arrives, so that costs nothing there; Tansu waits out the full time, which
    delayed ticks — and so timers — by up to 1.5 s.
-
 3. **Fetched batches go to the engine whole.** Faust hands a stream one event
    at a time (~100 µs each, ../shared/STACK.md: a 6-10 k/s ceiling). The
    worker's own topics — ticks and requests — do not take that path: each
    fetched batch becomes :class:`SourceRecord` lists for ``TimerEngine.advance``
    (ticks first, so firing never waits behind the requests of the same fetch)
-   and ``TimerEngine.ingest`` (in chunks of ``TIMERS_INGEST_BATCH_SIZE``), and
-   their offsets are acked in Faust's books once the engine made them durable,
-   so Faust's periodic commit goes on as for any stream. Faust keeps group
+   and ``TimerEngine.ingest`` (a fetch holds at most ``TIMERS_INGEST_BATCH_SIZE``
+   records), and their offsets are acked in Faust's books once the engine made
+   them durable, so Faust's periodic commit goes on as for any stream. Faust keeps group
    membership, co-partitioned assignment and changelog recovery (changelog
    records still take its path).
-
 4. **A restart removes its dead incarnation from the group** (dynamic membership
    only): the consumer thread records its member id in the data dir whenever it
    joins and, once started, sends a LeaveGroup for the recorded one before the
