@@ -90,9 +90,6 @@ def create_app(config: WorkerConfig, partitions: int) -> TimersApp:
         # partitions back without a rebalance. Not on the embedded broker (see ProfileSettings).
         consumer_group_instance_id=config.instance_id if profile.static_membership else None,
         consumer_auto_offset_reset="earliest",
-        # One fetch is applied whole before the next is read (futures/worker/transport.py), and
-        # its ticks go first: a bounded fetch bounds how long a tick can wait behind requests.
-        broker_max_poll_records=config.ingest_batch_size,
         web_host=config.web_host,
         web_port=config.web_port,
         web_bind=config.web_host,
