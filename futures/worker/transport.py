@@ -18,8 +18,9 @@
    worker's own topics — ticks and requests — do not take that path: each
    fetched batch becomes :class:`SourceRecord` lists for ``TimerEngine.advance``
    (ticks first, so firing never waits behind the requests of the same fetch)
-   and ``TimerEngine.ingest`` (in pieces of ``TIMERS_INGEST_BATCH_SIZE``), and their offsets are acked in Faust's books once the engine made
-   them durable, so Faust's periodic commit goes on as for any stream. Faust keeps group
+   and ``TimerEngine.ingest`` (in pieces of ``TIMERS_INGEST_BATCH_SIZE``), and
+   their offsets are acked in Faust's books once the engine made them durable,
+   so Faust's periodic commit goes on as for any stream. Faust keeps group
    membership, co-partitioned assignment and changelog recovery (changelog
    records still take its path).
 4. **A restart removes its dead incarnation from the group** (dynamic membership
