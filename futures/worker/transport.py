@@ -13,16 +13,16 @@
    ``fetch_max_wait_ms=1500``. Kafka answers a waiting fetch as soon as data
    arrives, so that costs nothing there; Tansu waits out the full time, which
    delayed ticks — and so timers — by up to 1.5 s.
-3. **Fetched batches go to the engine whole.** Faust hands a stream one event
-   at a time (~100 µs each, ../shared/STACK.md: a 6-10 k/s ceiling). The
-   worker's own topics — ticks and requests — do not take that path: each
-   fetched batch becomes :class:`SourceRecord` lists for ``TimerEngine.advance``
-   (ticks first, so firing never waits behind the requests of the same fetch)
-   and ``TimerEngine.ingest`` (in pieces of ``TIMERS_INGEST_BATCH_SIZE``), and
-   their offsets are acked in Faust's books once the engine made them durable,
-   so Faust's periodic commit goes on as for any stream. Faust keeps group
-   membership, co-partitioned assignment and changelog recovery (changelog
-   records still take its path).
+3. **Fetched requests go to the engine whole.** Faust hands a stream one event
+   at a time (~100 µs each, ../shared/STACK.md: a 6-10 k/s ceiling). Request
+   records do not take that path: each fetched batch becomes
+   :class:`SourceRecord` lists for ``TimerEngine.ingest`` (in pieces of
+   ``TIMERS_INGEST_BATCH_SIZE``), and their offsets are acked in Faust's books
+   once the engine made them durable, so Faust's periodic commit goes on as for
+   any stream. Ticks — a few a second — still go to their own agent, which runs
+   beside ingest: firing (and precise mode's per-millisecond sending) never waits
+   for the fetcher, nor the fetcher for firing. Faust keeps group membership,
+   co-partitioned assignment and changelog recovery.
 4. **A restart removes its dead incarnation from the group** (dynamic membership
    only): the consumer thread records its member id in the data dir whenever it
    joins and, once started, sends a LeaveGroup for the recorded one before the
@@ -56,11 +56,9 @@ Apply = Callable[[Sequence[SourceRecord]], Awaitable[None]]
 
 @dataclass(frozen=True)
 class BulkRoute:
-    """Where the fetched records of the worker's own topics go (see the module docstring, 3)."""
+    """Where the fetched request records go (see the module docstring, 3)."""
 
-    ticks_topic: str
     request_topics: frozenset[str]
-    advance: Apply
     ingest: Apply
     #: Requests per ``ingest`` call (``TIMERS_INGEST_BATCH_SIZE``).
     batch_size: int
@@ -70,7 +68,7 @@ _routes: weakref.WeakKeyDictionary[Any, BulkRoute] = weakref.WeakKeyDictionary()
 
 
 def route_in_bulk(app: faust.App, route: BulkRoute) -> None:
-    """Send ``app``'s fetched ticks and requests to ``route`` instead of Faust's streams."""
+    """Send ``app``'s fetched requests to ``route`` instead of Faust's streams."""
     _routes[app] = route
 
 
@@ -155,23 +153,22 @@ class TimerConsumer(faust_aiokafka.Consumer):
                 log.warning("exception performing seek when flow not active: %r", exc)
             return
         generation = self.app.consumer_generation_id
-        ticks, requests, rest = [], [], {}
+        requests, rest = [], {}
         for tp, batch in records.items():
             if not batch or not (active is None or tp in active or tp in self._buffered_partitions):
                 continue
-            if tp.topic == route.ticks_topic:
-                ticks.append((tp, batch))
-            elif tp.topic in route.request_topics:
+            if tp.topic in route.request_topics:
                 requests.append((tp, batch))
             else:
                 rest[tp] = batch
-        if ticks:
-            await self._apply(route.advance, ticks, generation)
+        # Anything else (ticks; table changelogs while recovering) takes Faust's path, first:
+        # handing a tick to its agent is quick, and its agent fires beside the ingest below.
+        for tp, record in self.scheduler.iterate(rest):
+            if self.app.consumer_generation_id != generation:
+                break
+            yield tp, self._to_message(tp, record)
         for chunk in _chunks(requests, route.batch_size):
             await self._apply(route.ingest, chunk, generation)
-        # Anything else (table changelogs while recovering) takes Faust's path.
-        for tp, record in self.scheduler.iterate(rest):
-            yield tp, self._to_message(tp, record)
 
     async def _apply(self, apply: Apply, batches: list[tuple[TP, list[Any]]], generation: int) -> None:
         if self.app.consumer_generation_id != generation:
