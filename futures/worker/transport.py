@@ -195,18 +195,27 @@ class TimerConsumer(faust_aiokafka.Consumer):
         self._read_offset[tp] = offsets[-1]
 
 
+#: At most this many bytes of request values per ``ingest`` call: a FutureBatch record holds up to
+#: ~1,000 timers, and one call holds the engine lock (a tick waits) until all it got is durable.
+CHUNK_BYTES = 1_000_000
+
+
 def _chunks(batches: list[tuple[TP, list[Any]]], size: int) -> Iterable[list[tuple[TP, list[Any]]]]:
-    """Consecutive pieces of about ``size`` records (a partition's records stay in order)."""
+    """Consecutive pieces of at most ``size`` records or about :data:`CHUNK_BYTES` of values
+    (a partition's records stay in order)."""
     chunk: list[tuple[TP, list[Any]]] = []
-    count = 0
+    count = volume = 0
     for tp, batch in batches:
-        for start in range(0, len(batch), size):
-            piece = batch[start : start + size]
-            chunk.append((tp, piece))
-            count += len(piece)
-            if count >= size:
+        start = 0
+        for end, record in enumerate(batch, 1):
+            count += 1
+            volume += len(record.value or b"")
+            if count >= size or volume >= CHUNK_BYTES:
+                chunk.append((tp, batch[start:end]))
                 yield chunk
-                chunk, count = [], 0
+                chunk, count, volume, start = [], 0, 0, end
+        if start < len(batch):
+            chunk.append((tp, batch[start:]))
     if chunk:
         yield chunk
 
