@@ -91,6 +91,19 @@ class Broker:
         return name
 
 
+def instance_env(prefix: str, partitions: int) -> dict[str, str]:
+    """Topic names and app id of a fresh service instance on a shared broker (``<prefix>-...-<random>``)."""
+    suffix = uuid.uuid4().hex[:8]
+    return {
+        "TIMERS_TOPIC_OSCILLATOR": f"{prefix}-oscillator-{suffix}",
+        "TIMERS_TOPIC_REQUEST": f"{prefix}-timer-request-{suffix}",
+        "TIMERS_TOPIC_EVENTS": f"{prefix}-timer-events-{suffix}",
+        "TIMERS_TOPIC_DLQ": f"{prefix}-timer-request-dlq-{suffix}",
+        "TIMERS_PARTITIONS": str(partitions),
+        "TIMERS_APP_ID": f"{prefix}-{suffix}",
+    }
+
+
 @contextlib.contextmanager
 def open_broker(log_dir: Path) -> Iterator[Broker]:
     """The run's broker: ``KAFKA_BOOTSTRAP_SERVERS`` if set, else an embedded one (stopped at exit)."""
@@ -190,16 +203,7 @@ class ServiceStack:
 
     def start(self) -> ServiceStack:
         """Create the topics, start the oscillator and the worker, wait until a tick was processed."""
-        suffix = uuid.uuid4().hex[:8]
-        self.env = {
-            **self.broker.child_env(),
-            "TIMERS_TOPIC_OSCILLATOR": f"bench-oscillator-{suffix}",
-            "TIMERS_TOPIC_REQUEST": f"bench-timer-request-{suffix}",
-            "TIMERS_TOPIC_EVENTS": f"bench-timer-events-{suffix}",
-            "TIMERS_TOPIC_DLQ": f"bench-timer-request-dlq-{suffix}",
-            "TIMERS_PARTITIONS": str(PARTITIONS),
-            "TIMERS_APP_ID": f"bench-{self.name}-{suffix}",
-        }
+        self.env = {**self.broker.child_env(), **instance_env(f"bench-{self.name}", PARTITIONS)}
         create_topics(self.common)
         self.data_dir.mkdir(parents=True, exist_ok=True)
         self.web_port = free_port()

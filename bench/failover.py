@@ -35,7 +35,7 @@ from pathlib import Path
 
 from confluent_kafka import OFFSET_END, Consumer, TopicPartition
 
-from bench.cluster import REPO, BenchError, Broker, open_broker
+from bench.cluster import REPO, BenchError, Broker, instance_env, open_broker
 from futures.client import TimerClient, TimerSpec
 from futures.client.partitioner import crc32_partition
 from futures.worker.config import WorkerConfig
@@ -97,17 +97,7 @@ class Instance:
     static: bool = True
 
     def start(self, worker_env: Mapping[str, str]) -> None:
-        suffix = uuid.uuid4().hex[:8]
-        self.env = {
-            **self.broker.child_env(),
-            **worker_env,
-            "TIMERS_TOPIC_OSCILLATOR": f"failover-oscillator-{suffix}",
-            "TIMERS_TOPIC_REQUEST": f"failover-request-{suffix}",
-            "TIMERS_TOPIC_EVENTS": f"failover-events-{suffix}",
-            "TIMERS_TOPIC_DLQ": f"failover-dlq-{suffix}",
-            "TIMERS_PARTITIONS": str(PARTITIONS),
-            "TIMERS_APP_ID": f"failover-{suffix}",
-        }
+        self.env = {**self.broker.child_env(), **worker_env, **instance_env("failover", PARTITIONS)}
         create_topics(CommonConfig.from_env(self.env))
         self.callback_topic = self.broker.create_topic("failover-callbacks")
         osc_env = {**self.env, "TIMERS_OSC_HEALTH_PORT": str(free_port())}

@@ -19,11 +19,11 @@ import logging
 import os
 import tempfile
 import time
-import uuid
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 
+from bench.cluster import instance_env
 from bench.joblog import PARTITIONS, fill
 from futures.jobs.compact import CompactOptions, run
 from futures.jobs.config import JobConfig
@@ -143,14 +143,7 @@ def main(argv: list[str] | None = None) -> int:
     broker = None if os.environ.get("KAFKA_BOOTSTRAP_SERVERS") else start_broker()
     try:
         env = dict(os.environ) if broker is None else {**os.environ, **broker.env()}
-        suffix = uuid.uuid4().hex[:8]
-        env.update(
-            TIMERS_TOPIC_OSCILLATOR=f"oscillator-{suffix}",
-            TIMERS_TOPIC_REQUEST=f"timer-request-{suffix}",
-            TIMERS_TOPIC_EVENTS=f"timer-events-{suffix}",
-            TIMERS_TOPIC_DLQ=f"timer-request-dlq-{suffix}",
-            TIMERS_PARTITIONS=str(PARTITIONS),
-        )
+        env.update(instance_env("jobs", PARTITIONS))
         config = JobConfig.from_env(env)
         create_topics(config.common)
         started = time.monotonic()
