@@ -106,8 +106,8 @@ class WorkerConfig:
     max_payload_bytes: int = 1_000_000
     #: Reject timers due further ahead than this (seconds); 0 = no limit.
     max_due_ahead_s: float = 0.0
-    #: Request records per engine step: a fetched batch is ingested in pieces of
-    #: this many, each made durable before the next (ticks of the fetch go first).
+    #: Request records per engine step: a fetched batch is ingested in pieces of at
+    #: most this many (and ~1 MB of values), each made durable before the next.
     ingest_batch_size: int = 2000
     #: Timers dispatched per produce/flush round when a second is due.
     fire_chunk_size: int = 20_000
