@@ -161,12 +161,18 @@ def callback_headers(timer: StoredTimer, fired_ms: int) -> list[tuple[str, bytes
     user header cannot forge them (the client also refuses ``kt-*`` names).
     """
     future = timer.future
-    headers = [(h.key, h.value) for h in future.headers]
-    headers.append((H_ID, future.id.encode()))
-    headers.append((H_DUE_MS, str(future.due_ms).encode()))
-    if future.token:
-        headers.append((H_TOKEN, future.token.encode()))
-    headers.append((H_FIRED_MS, str(fired_ms).encode()))
+    # Runs once per fired timer: most timers carry no headers and no token.
+    own = future.headers
+    token = future.token
+    ours = (H_ID, future.id.encode()), (H_DUE_MS, str(future.due_ms).encode())
+    fired = (H_FIRED_MS, str(fired_ms).encode())
+    if not own and not token:
+        return [*ours, fired]
+    headers = [(h.key, h.value) for h in own]
+    headers.extend(ours)
+    if token:
+        headers.append((H_TOKEN, token.encode()))
+    headers.append(fired)
     return headers
 
 

@@ -117,29 +117,32 @@ class Dispatcher:
         self, timers: Sequence[tuple[int, StoredTimer]], deliveries: Deliveries, fired: Sequence[int]
     ) -> FireOutcome:
         """Count, record and dead-letter by delivery report; say which timers to delete."""
-        done, transient = [], []
+        done: list[int] = []
+        transient: list[int] = []
         dead_lettered = 0
         firings: list[Firing] = []
         errors = deliveries.errors
         now = self._clock()
+        produce = self._writer.produce
+        events = self._topics.events
+        side = self._side
         for i, (partition, timer) in enumerate(timers):
             err = errors.get(i) if errors else None
             future = timer.future
             if err is None:
                 done.append(i)
-                firings.append(Firing(future.id, partition, future.due_ms, fired[i]))
+                timer_id, due_ms = future.id, future.due_ms
+                firings.append(Firing(timer_id, partition, due_ms, fired[i]))
                 # What event() does, inlined: this runs once per fired timer.
                 event = TimerEvent(
-                    id=future.id,
+                    id=timer_id,
                     kind=_FIRED,
-                    due_ms=future.due_ms,
+                    due_ms=due_ms,
                     at_ms=now,
                     partition=partition,
                     source_offset=timer.source_offset,
                 )
-                self._writer.produce(
-                    self._topics.events, future.id.encode(), event.SerializeToString(), deliveries=self._side
-                )
+                produce(events, timer_id.encode(), event.SerializeToString(), deliveries=side)
             elif is_permanent(err):
                 done.append(i)
                 dead_lettered += 1
@@ -154,7 +157,7 @@ class Dispatcher:
                 )
         # Metrics and status once per chunk, not per timer.
         self._metrics.fired.inc(len(firings))
-        self._metrics.lateness.observe_many([f.lateness_ms / 1000 for f in firings])
+        self._metrics.lateness.observe_many([max(f.fired_ms - f.due_ms, 0) / 1000 for f in firings])
         self._status.fired_many(firings)
         return FireOutcome(done, transient, dead_lettered)
 

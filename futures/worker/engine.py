@@ -372,19 +372,21 @@ class TimerEngine:
         after: bytes | None = None
         complete = True
         while True:
-            due = table.due_by(limit_ms, chunk, after=after)
+            due = table.due_items(limit_ms, chunk, after=after)
             if not due:
                 return complete
-            timers = [StoredTimer.FromString(d.value) for d in due]
-            outcome = await self.dispatch.fire([(partition, t) for t in timers], self._clock())
+            parse = StoredTimer.FromString
+            outcome = await self.dispatch.fire([(partition, parse(value)) for _, value in due], self._clock())
             await self.dispatch.deliver_dead_letters(outcome)
-            for i in outcome.done:
-                part.records.append((due[i].key, None))
+            if len(outcome.done) == len(due):
+                part.records.extend([(key, None) for key, _ in due])
+            else:
+                part.records.extend([(due[i][0], None) for i in outcome.done])
             part.pending_delta -= len(outcome.done)
             if outcome.transient:
                 self.metrics.dispatch_retries.inc(len(outcome.transient))
                 complete = False
-                after = due[-1].key
+                after = due[-1][0]
             if len(due) < chunk:
                 return complete
             # A large second: make this chunk durable before scanning on, so the
@@ -460,7 +462,7 @@ class TimerEngine:
             if c.records or c.watermark is not None or c.request_offset is not None or c.topic_offsets
         }
         changelog = self.config.changelog_topic
-        deliveries = Deliveries()
+        deliveries = Deliveries(offsets=True)
         staged: dict[int, list[Record]] = {}
         for partition, part in changes.items():
             # Other ingress topics' progress follows the records it covers.

@@ -9,36 +9,51 @@ from __future__ import annotations
 
 import asyncio
 import functools
-from dataclasses import dataclass, field
+from collections.abc import Callable, Sequence
 from typing import cast
 
 from confluent_kafka import KafkaError, KafkaException, Message, Producer
 
 from ktimers.config import KafkaConfig
 from ktimers.errors import DeliveryError
-from ktimers.producer import ProducerLike
-from ktimers.wire import KafkaHeaders
+from ktimers.producer import ProducerLike, RecordHeaders
 
 #: How long librdkafka retries one record before reporting it failed (ms). A
 #: flush never waits longer than this, so one unwritable topic cannot stall firing.
 MESSAGE_TIMEOUT_MS = 30_000
 
 
-@dataclass
 class Deliveries:
-    """Delivery reports of one group of records, by index: given at produce time, or the next free one."""
+    """Delivery reports of one group of records.
 
-    errors: dict[int, KafkaError] = field(default_factory=dict)
-    offsets: dict[int, int] = field(default_factory=dict)  # partition -> highest offset
-    _next_index: int = 0
+    :attr:`errors` holds the failures: by the index given at produce time (callbacks,
+    whose failures must be traced to their timer), else in report order. With
+    ``offsets=True`` it also keeps the highest offset written per partition (the
+    changelog's, for the table's persisted offset). A success costs one call that
+    returns at once: this runs for every record the worker writes.
+    """
 
-    def next_index(self) -> int:
-        index, self._next_index = self._next_index, self._next_index + 1
-        return index
+    __slots__ = ("errors", "offsets", "on_delivery")
+
+    def __init__(self, *, offsets: bool = False) -> None:
+        self.errors: dict[int, KafkaError] = {}
+        self.offsets: dict[int, int] = {}  # partition -> highest offset
+        #: The delivery callback of a record produced without an index.
+        self.on_delivery: Callable[[KafkaError | None, Message | None], None] = (
+            self._report_offset if offsets else self._report
+        )
 
     def report(self, index: int, err: KafkaError | None, msg: Message | None) -> None:
         if err is not None or msg is None:
             self.errors[index] = err or KafkaError(KafkaError._FAIL)
+
+    def _report(self, err: KafkaError | None, msg: Message | None) -> None:
+        if err is not None or msg is None:
+            self.errors[len(self.errors)] = err or KafkaError(KafkaError._FAIL)
+
+    def _report_offset(self, err: KafkaError | None, msg: Message | None) -> None:
+        if err is not None or msg is None:
+            self.errors[len(self.errors)] = err or KafkaError(KafkaError._FAIL)
             return
         partition, offset = msg.partition(), msg.offset()
         if partition is not None and offset is not None and offset > self.offsets.get(partition, -1):
@@ -68,6 +83,9 @@ def is_permanent(err: KafkaError) -> bool:
     )
 
 
+#: ``partition`` of :meth:`KafkaWriter.produce` when the producer's partitioner chooses (librdkafka's UA).
+ANY_PARTITION = -1
+
 #: librdkafka's default ``message.max.bytes``.
 DEFAULT_MAX_RECORD_BYTES = 1_000_000
 
@@ -96,6 +114,7 @@ class KafkaWriter:
 
     def __init__(self, producer: ProducerLike, max_record_bytes: int = DEFAULT_MAX_RECORD_BYTES) -> None:
         self._producer = producer
+        self._produce = producer.produce
         #: The producer's ``message.max.bytes``: dead letters are cut to fit it.
         self.max_record_bytes = max_record_bytes
 
@@ -109,42 +128,67 @@ class KafkaWriter:
         key: bytes | None,
         value: bytes | None,
         *,
-        headers: KafkaHeaders | None = None,
-        partition: int | None = None,
+        headers: Sequence[tuple[str, str | bytes | None]] | None = None,
+        partition: int = ANY_PARTITION,
         deliveries: Deliveries | None = None,
         index: int | None = None,
     ) -> None:
-        """Queue one record; with ``deliveries``, its report lands there under ``index``
-        (the next free index when not given)."""
-        # Runs three times per fired timer (callback, event, tombstone): no extra allocations.
-        # librdkafka takes a list (or a dict), not any sequence; callers mostly pass lists.
-        header_list = cast(
-            "list[tuple[str, str | bytes | None]] | None",
-            None if not headers else headers if isinstance(headers, list) else list(headers),
-        )
-        report = None
-        if deliveries is not None:
-            report = functools.partial(deliveries.report, deliveries.next_index() if index is None else index)
+        """Queue one record; with ``deliveries``, its report lands there (under ``index``, if given).
+
+        ``headers`` must be a list (librdkafka takes no other sequence); ``partition``
+        :data:`ANY_PARTITION` lets the producer's partitioner choose.
+        Runs three times per fired timer (callback, event, tombstone): the common
+        case is one call into librdkafka and nothing else.
+        """
+        if deliveries is None:
+            report = None
+        elif index is None:
+            report = deliveries.on_delivery
+        else:
+            report = functools.partial(deliveries.report, index)
+        try:
+            self._produce(
+                topic,
+                value,
+                key=key,
+                partition=partition,
+                on_delivery=report,
+                headers=cast(RecordHeaders, headers),
+            )
+        except BufferError:
+            self._produce_when_room(topic, key, value, headers, partition, report)
+        except KafkaException as exc:
+            # Refused before it was queued (e.g. larger than message.max.bytes):
+            # a delivery failure of this record, not of the whole batch.
+            if report is None:
+                raise
+            report(exc.args[0], None)
+
+    def _produce_when_room(
+        self,
+        topic: str,
+        key: bytes | None,
+        value: bytes | None,
+        headers: Sequence[tuple[str, str | bytes | None]] | None,
+        partition: int,
+        report: Callable[[KafkaError | None, Message | None], None] | None,
+    ) -> None:
+        """The local queue is full: serve delivery reports until the record fits."""
         while True:
+            self._producer.poll(0.05)
             try:
-                if partition is None:
-                    self._producer.produce(topic, value, key=key, headers=header_list, on_delivery=report)
-                else:
-                    self._producer.produce(
-                        topic,
-                        value,
-                        key=key,
-                        partition=partition,
-                        headers=header_list,
-                        on_delivery=report,
-                    )
+                self._produce(
+                    topic,
+                    value,
+                    key=key,
+                    partition=partition,
+                    on_delivery=report,
+                    headers=cast(RecordHeaders, headers),
+                )
                 return
             except BufferError:
-                # The local queue is full: serve delivery reports to make room.
-                self._producer.poll(0.05)
+                continue
             except KafkaException as exc:
-                # Refused before it was queued (e.g. larger than message.max.bytes):
-                # a delivery failure of this record, not of the whole batch.
                 if report is None:
                     raise
                 report(exc.args[0], None)

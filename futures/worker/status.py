@@ -15,6 +15,7 @@ import time
 from collections import OrderedDict, deque
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import NamedTuple
 
 #: The oscillator name shown for ticks that carry none (seed ticks keyed by the second only).
 
@@ -23,9 +24,8 @@ def _wall_clock_ms() -> int:
     return time.time_ns() // 1_000_000
 
 
-@dataclass(frozen=True)
-class Firing:
-    """One delivered callback."""
+class Firing(NamedTuple):
+    """One delivered callback (a tuple: one is made per fired timer)."""
 
     timer_id: str
     partition: int

@@ -57,6 +57,9 @@ _PROGRESS = struct.Struct(">qq")
 _U64 = struct.Struct(">Q")
 _U64_MAX = 2**64 - 1
 
+#: Where the id starts in a timer key (after TIMER_PREFIX and the 8-byte due time).
+_TIMER_ID_AT = len(TIMER_PREFIX) + _U64.size
+
 NO_WATERMARK = -1
 NO_OFFSET = -1
 
@@ -166,25 +169,31 @@ class PartitionTimers:
     def due_by(self, limit_ms: int, max_count: int, after: bytes | None = None) -> list[DueTimer]:
         """Up to ``max_count`` pending timers with due_ms <= ``limit_ms``, earliest first.
 
+        ``after``: resume past this table key (timers kept for a retry are not returned again).
+        """
+        return [DueTimer(key, *split_timer_key(key[1:]), value) for key, value in self.due_items(limit_ms, max_count, after)]
+
+    def due_items(self, limit_ms: int, max_count: int, after: bytes | None = None) -> list[tuple[bytes, bytes]]:
+        """What :meth:`due_by` finds, as (table key, ``StoredTimer`` bytes): the fire path's scan.
+
         Every pending timer is due after the watermark (earlier ones were fired
         and deleted), so the scan starts there and never walks the tombstones
-        that firing leaves at the head of the key range. ``after``: resume past
-        this table key (timers kept for a retry are not returned again).
+        that firing leaves at the head of the key range.
         """
         start_ms = self.watermark * 1000 + 1 if self.watermark >= 0 else 0
         start = TIMER_PREFIX + due_prefix(start_ms)
         if after is not None and after >= start:
             start = after + b"\x00"  # the smallest key greater than ``after``
         stop = TIMER_PREFIX + due_prefix(limit_ms + 1)
-        found: list[DueTimer] = []
+        found: list[tuple[bytes, bytes]] = []
+        append = found.append
         it = self._db.iter()
         it.seek(start)
         while it.valid() and len(found) < max_count:
-            key = bytes(it.key())
+            key = it.key()
             if key >= stop:
                 break
-            due_ms, timer_id = split_timer_key(key[1:])
-            found.append(DueTimer(key, due_ms, timer_id, bytes(it.value())))
+            append((key, it.value()))
             it.next()
         return found
 
@@ -240,8 +249,10 @@ class PartitionTimers:
         present: dict[bytes, bool] = {}
         for key, value in records:
             if key.startswith(TIMER_PREFIX):
-                due_ms, timer_id = split_timer_key(key[1:])
-                index_key = INDEX_PREFIX + timer_id.encode()
+                # A timer key is TIMER_PREFIX, the due time (8 bytes) and the id: its
+                # index entry is the id's, holding those 8 bytes. Sliced, not decoded:
+                # this runs for every timer scheduled and every timer fired.
+                index_key = INDEX_PREFIX + key[_TIMER_ID_AT:]
                 if pending_delta is None:
                     existed = present.get(key)
                     if existed is None:
@@ -253,7 +264,7 @@ class PartitionTimers:
                     batch.delete(index_key)
                 else:
                     batch.put(key, value)
-                    batch.put(index_key, _U64.pack(due_ms))
+                    batch.put(index_key, key[1:_TIMER_ID_AT])
             elif key == PROGRESS_KEY and value is not None:
                 record_watermark, record_offset = _PROGRESS.unpack(value)
                 watermark = max(watermark, record_watermark)

@@ -11,12 +11,11 @@ producer, to the partition that holds the timer — which a seed producer's key
 from __future__ import annotations
 
 import time
-from typing import cast
 
 from futures.client.records import TimerHandle, TimerRecord, build_cancel, build_schedule
 from futures.worker.kafka import Deliveries, KafkaWriter
 from ktimers.config import CommonConfig
-from ktimers.wire import KafkaHeaders, StoredTimer
+from ktimers.wire import StoredTimer
 
 
 class TimerActions:
@@ -58,7 +57,7 @@ class TimerActions:
             record.topic,
             record.key,
             record.value,
-            headers=cast(KafkaHeaders, record.headers),  # the builders' values are all bytes
+            headers=record.headers,
             partition=partition,
             deliveries=deliveries,
         )
