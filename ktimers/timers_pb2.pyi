@@ -102,3 +102,9 @@ class TimerEvent(_message.Message):
     reason: str
     callback_topic: str
     def __init__(self, id: _Optional[str] = ..., kind: _Optional[_Union[TimerEvent.Kind, str]] = ..., due_ms: _Optional[int] = ..., at_ms: _Optional[int] = ..., partition: _Optional[int] = ..., source_offset: _Optional[int] = ..., reason: _Optional[str] = ..., callback_topic: _Optional[str] = ...) -> None: ...
+
+class TimerEventBatch(_message.Message):
+    __slots__ = ("events",)
+    EVENTS_FIELD_NUMBER: _ClassVar[int]
+    events: _containers.RepeatedCompositeFieldContainer[TimerEvent]
+    def __init__(self, events: _Optional[_Iterable[_Union[TimerEvent, _Mapping]]] = ...) -> None: ...

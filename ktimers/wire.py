@@ -11,7 +11,16 @@ import struct
 from collections.abc import Iterable, Sequence
 from typing import Any, cast
 
-from ktimers.timers_pb2 import Cancel, Future, FutureBatch, Header, StoredTimer, Tick, TimerEvent
+from ktimers.timers_pb2 import (
+    Cancel,
+    Future,
+    FutureBatch,
+    Header,
+    StoredTimer,
+    Tick,
+    TimerEvent,
+    TimerEventBatch,
+)
 
 __all__ = [
     "Cancel",
@@ -21,6 +30,7 @@ __all__ = [
     "StoredTimer",
     "Tick",
     "TimerEvent",
+    "TimerEventBatch",
     "KIND_HEADER",
     "KIND_CANCEL",
     "KIND_FUTURE",
@@ -44,6 +54,8 @@ __all__ = [
     "encode_second_key",
     "parse_second_key",
     "decode_tick",
+    "decode_events",
+    "event_batch_key",
     "UNNAMED_SOURCE",
     "callback_headers",
     "timer_key",
@@ -57,6 +69,7 @@ KIND_HEADER = "kt-kind"
 KIND_FUTURE = b"future"
 KIND_CANCEL = b"cancel"
 # A FutureBatch: many Futures in one record, all held by the record's partition.
+# On `timer-events`: a TimerEventBatch.
 KIND_BATCH = b"batch"
 
 # Headers the worker adds to every callback record.
@@ -152,6 +165,24 @@ def decode_tick(key: bytes | None, value: bytes | None) -> tuple[int | None, str
     else:
         second = parse_second_key(key)
     return second, (tick.source if tick is not None and tick.source else UNNAMED_SOURCE)
+
+
+def event_batch_key(partition: int) -> bytes:
+    """Key of the `timer-events` batch records of `timer-request` partition ``partition``."""
+    return str(partition).encode()
+
+
+def decode_events(
+    value: bytes | None, headers: Iterable[tuple[str, bytes | None]] | None
+) -> list[TimerEvent]:
+    """The events of one `timer-events` record, in order: a ``TimerEventBatch``
+    (``kt-kind: batch``, as the worker writes them) or one ``TimerEvent``.
+
+    Raises ``google.protobuf.message.DecodeError`` for a value that is neither.
+    """
+    if header_value(headers, KIND_HEADER) == KIND_BATCH:
+        return list(TimerEventBatch.FromString(value or b"").events)
+    return [TimerEvent.FromString(value or b"")]
 
 
 def callback_headers(timer: StoredTimer, fired_ms: int) -> list[tuple[str, bytes]]:

@@ -25,7 +25,7 @@ from futures.ingress.native import fast_parse
 from futures.ingress.records import SourceRecord
 from futures.ingress.requests import CancelRequest, Request, RequestParser, Schedule
 from ktimers.config import IngressFormat
-from ktimers.wire import KIND_HEADER, TimerEvent
+from ktimers.wire import KIND_BATCH, KIND_HEADER, TimerEvent, TimerEventBatch
 
 # Kinds of decoded request rows.
 SCHEDULE = "schedule"
@@ -216,25 +216,41 @@ def _request_batch(source: pa.RecordBatch, src: list[int] | None, rows: list[_Ro
 def decode_events(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
     """``mapInArrow`` function: `timer-events` rows → :data:`EVENT_SCHEMA` rows.
 
-    A record that is not a TimerEvent becomes one row of kind ``UNDECODABLE``
-    (``TOMBSTONE`` without a value), counted, never fatal.
+    One row per event: a ``TimerEventBatch`` record (``kt-kind: batch``, as the worker
+    writes them) gives a row for each of its events, a lone ``TimerEvent`` record one.
+    A record that is neither becomes one row of kind ``UNDECODABLE`` (``TOMBSTONE``
+    without a value), counted, never fatal.
     """
     # Kind names by number in a dict (cheaper than Kind.Name, which still says why a number is unknown).
     known = {number: TimerEvent.Kind.Name(number) for number in TimerEvent.Kind.values()}
     name = TimerEvent.Kind.Name
-    parse = TimerEvent.FromString
+    parse_one = TimerEvent.FromString
+    parse_batch = TimerEventBatch.FromString
     for batch in batches:
         rows: list[tuple[Any, ...]] = []
-        for value in batch.column("value").to_pylist():
+        kinds = _kind_headers(batch.column("headers"))
+        for value, record_kind in zip(batch.column("value").to_pylist(), kinds, strict=True):
             if value is None:
                 rows.append((None, EVENT_TOMBSTONE, None, None, None, None, None))
                 continue
             try:
-                e = parse(value)
-                kind = known.get(e.kind) or name(e.kind)
-                rows.append((e.id, kind, e.partition, e.source_offset, e.due_ms, e.at_ms, e.reason))
+                events = parse_batch(value).events if record_kind == KIND_BATCH else (parse_one(value),)
+                decoded = [
+                    (
+                        e.id,
+                        known.get(e.kind) or name(e.kind),
+                        e.partition,
+                        e.source_offset,
+                        e.due_ms,
+                        e.at_ms,
+                        e.reason,
+                    )
+                    for e in events
+                ]
             except Exception as exc:  # noqa: BLE001 - DecodeError, or an unknown enum value
                 rows.append((None, UNDECODABLE, None, None, None, None, f"{exc.__class__.__name__}: {exc}"))
+                continue
+            rows.extend(decoded)
         columns: list[Any] = list(zip(*rows, strict=True)) if rows else [()] * len(_EVENT_ARROW)
         yield pa.RecordBatch.from_arrays(
             [pa.array(c, f.type) for c, f in zip(columns, _EVENT_ARROW, strict=True)], schema=_EVENT_ARROW

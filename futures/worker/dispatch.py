@@ -3,10 +3,16 @@
 The fire path: :meth:`Dispatcher.fire` produces the callbacks of due timers
 and waits for their delivery reports; :meth:`Dispatcher.settle` turns the
 reports into outcomes (delivered → FIRED event, refused for good → dead
-letter, transient → retried on the next tick). Events and dead letters are
-collected in one :class:`~futures.worker.kafka.Deliveries` that the engine
-checks before each changelog write is applied (:meth:`Dispatcher.take_side`):
-a request counts as applied only when everything it caused was delivered.
+letter, transient → retried on the next tick).
+
+Events are gathered per `timer-request` partition and written as one
+``TimerEventBatch`` record per partition and engine step
+(:meth:`Dispatcher.produce_events`, which the engine calls before it flushes a
+changelog write): a record per timer would cost a third of the fire path.
+Events and dead letters are collected in one :class:`~futures.worker.kafka.Deliveries`
+that the engine checks before each changelog write is applied
+(:meth:`Dispatcher.take_side`): a request counts as applied only when
+everything it caused was delivered.
 """
 
 from __future__ import annotations
@@ -32,9 +38,13 @@ from ktimers.wire import (
     H_SOURCE_OFFSET,
     H_SOURCE_PARTITION,
     H_SOURCE_TOPIC,
+    KIND_BATCH,
+    KIND_HEADER,
     StoredTimer,
     TimerEvent,
+    TimerEventBatch,
     callback_headers,
+    event_batch_key,
 )
 
 log = logging.getLogger(__name__)
@@ -43,6 +53,10 @@ Kind = TimerEvent.Kind
 # Kind.X goes through the enum wrapper's __getattr__ (~0.7 µs): too slow per timer.
 _SCHEDULED = TimerEvent.SCHEDULED
 _FIRED = TimerEvent.FIRED
+
+#: Largest `timer-events` batch record (bytes of its value), at most half the producer's
+#: ``message.max.bytes``; a step with more events writes several records.
+EVENT_BATCH_BYTES = 512 * 1024
 
 
 @dataclass
@@ -72,9 +86,29 @@ class Dispatcher:
         # Which callback topics exist, so a missing one never stalls a flush (futures/worker/destinations.py).
         self._callback_topics = callback_topics
         self._side = Deliveries()  # events and dead letters since the last take_side()
+        # Events not yet produced, by `timer-request` partition, in order (see produce_events).
+        self._events: dict[int, TimerEventBatch] = {}
+        self._event_batch_bytes = min(EVENT_BATCH_BYTES, writer.max_record_bytes // 2)
         # Bad input and unavailable callback topics are counted in metrics; the log shows a few examples.
         self._rejections_log = ThrottledLog(log)
         self._retries_log = ThrottledLog(log)
+
+    def produce_events(self) -> None:
+        """Produce the events gathered so far: one ``TimerEventBatch`` record per partition
+        (more where one would exceed :data:`EVENT_BATCH_BYTES`); their reports go with the dead letters'."""
+        batches, self._events = self._events, {}
+        for partition, batch in batches.items():
+            key = event_batch_key(partition)
+            for part in _split(batch, self._event_batch_bytes):
+                self._writer.produce(
+                    self._topics.events, key, part, headers=_BATCH_HEADERS, deliveries=self._side
+                )
+
+    def _batch(self, partition: int) -> TimerEventBatch:
+        batch = self._events.get(partition)
+        if batch is None:
+            batch = self._events[partition] = TimerEventBatch()
+        return batch
 
     def take_side(self) -> Deliveries:
         """The delivery reports of the events and dead letters produced since the last call."""
@@ -123,9 +157,8 @@ class Dispatcher:
         firings: list[Firing] = []
         errors = deliveries.errors
         now = self._clock()
-        produce = self._writer.produce
-        events = self._topics.events
-        side = self._side
+        events = None
+        events_of = -1  # the partition ``events`` belongs to: a chunk is mostly one partition
         for i, (partition, timer) in enumerate(timers):
             err = errors.get(i) if errors else None
             future = timer.future
@@ -133,8 +166,10 @@ class Dispatcher:
                 done.append(i)
                 timer_id, due_ms = future.id, future.due_ms
                 firings.append(Firing(timer_id, partition, due_ms, fired[i]))
+                if partition != events_of:
+                    events, events_of = self._batch(partition).events, partition
                 # What event() does, inlined: this runs once per fired timer.
-                event = TimerEvent(
+                events.add(  # type: ignore[union-attr]  # set on the first pass
                     id=timer_id,
                     kind=_FIRED,
                     due_ms=due_ms,
@@ -142,7 +177,6 @@ class Dispatcher:
                     partition=partition,
                     source_offset=timer.source_offset,
                 )
-                produce(events, timer_id.encode(), event.SerializeToString(), deliveries=side)
             elif is_permanent(err):
                 done.append(i)
                 dead_lettered += 1
@@ -174,7 +208,7 @@ class Dispatcher:
         reason: str = "",
         callback_topic: str = "",
     ) -> None:
-        event = TimerEvent(
+        self._batch(partition).events.add(
             id=timer_id,
             kind=kind,
             due_ms=due_ms,
@@ -184,9 +218,6 @@ class Dispatcher:
             reason=short(reason),
             callback_topic=callback_topic,
         )
-        self._writer.produce(
-            self._topics.events, timer_id.encode(), event.SerializeToString(), deliveries=self._side
-        )
 
     def scheduled(
         self, timer_id: str, due_ms: int, partition: int, source_offset: int, callback_topic: str, now: int
@@ -195,7 +226,7 @@ class Dispatcher:
 
         What :meth:`event` does, inlined: this runs once per scheduled timer.
         """
-        event = TimerEvent(
+        self._batch(partition).events.add(
             id=timer_id,
             kind=_SCHEDULED,
             due_ms=due_ms,
@@ -203,9 +234,6 @@ class Dispatcher:
             partition=partition,
             source_offset=source_offset,
             callback_topic=callback_topic,
-        )
-        self._writer.produce(
-            self._topics.events, timer_id.encode(), event.SerializeToString(), deliveries=self._side
         )
 
     def reject(
@@ -268,3 +296,31 @@ class Dispatcher:
             source_offset=timer.source_offset,
             reason=f"{reason}: {detail}",
         )
+
+
+_BATCH_HEADERS = [(KIND_HEADER, KIND_BATCH)]
+
+
+def _split(batch: TimerEventBatch, max_bytes: int) -> list[bytes]:
+    """``batch`` serialized in as few values of at most ``max_bytes`` as it takes, in order.
+
+    An event is a few KiB at most (ids ≤ 512 bytes, reasons cut short); ``max_bytes`` is larger.
+    """
+    if batch.ByteSize() <= max_bytes:
+        return [batch.SerializeToString()]
+    # Rare: a step of very many events, or of long ids.
+    parts: list[bytes] = []
+    part, size = TimerEventBatch(), 0
+    for event in batch.events:
+        event_size = event.ByteSize() + _EVENT_FRAMING
+        if part.events and size + event_size > max_bytes:
+            parts.append(part.SerializeToString())
+            part, size = TimerEventBatch(), 0
+        part.events.append(event)
+        size += event_size
+    parts.append(part.SerializeToString())
+    return parts
+
+
+#: Bytes around each event in a batch: its field tag and length.
+_EVENT_FRAMING = 4

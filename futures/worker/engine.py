@@ -461,6 +461,7 @@ class TimerEngine:
             for p, c in changes.items()
             if c.records or c.watermark is not None or c.request_offset is not None or c.topic_offsets
         }
+        self.dispatch.produce_events()  # delivered with this write's records, checked below
         changelog = self.config.changelog_topic
         deliveries = Deliveries(offsets=True)
         staged: dict[int, list[Record]] = {}

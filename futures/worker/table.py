@@ -171,9 +171,14 @@ class PartitionTimers:
 
         ``after``: resume past this table key (timers kept for a retry are not returned again).
         """
-        return [DueTimer(key, *split_timer_key(key[1:]), value) for key, value in self.due_items(limit_ms, max_count, after)]
+        return [
+            DueTimer(key, *split_timer_key(key[1:]), value)
+            for key, value in self.due_items(limit_ms, max_count, after)
+        ]
 
-    def due_items(self, limit_ms: int, max_count: int, after: bytes | None = None) -> list[tuple[bytes, bytes]]:
+    def due_items(
+        self, limit_ms: int, max_count: int, after: bytes | None = None
+    ) -> list[tuple[bytes, bytes]]:
         """What :meth:`due_by` finds, as (table key, ``StoredTimer`` bytes): the fire path's scan.
 
         Every pending timer is due after the watermark (earlier ones were fired

@@ -17,7 +17,7 @@ from futures.client import TimerClient
 from ktimers.broker import free_port
 from ktimers.config import CommonConfig
 from ktimers.topics import create_topics
-from ktimers.wire import H_DUE_MS, H_FIRED_MS, H_ID, TimerEvent, header_value
+from ktimers.wire import H_DUE_MS, H_FIRED_MS, H_ID, TimerEvent, decode_events, header_value
 from tests.processes import Service, SpawnFn
 
 WORKER_READY = "timer table ready"
@@ -163,7 +163,7 @@ class Stack:
         """Every record on `timer-events` so far, decoded."""
         reader = self.reader(self.common.topics.events)
         reader.poll(1.0)
-        return [TimerEvent.FromString(r.value or b"") for r in reader.records]
+        return [event for r in reader.records for event in decode_events(r.value, r.headers)]
 
     def metrics(self) -> dict[str, float]:
         """The worker's Prometheus samples, by name with labels."""

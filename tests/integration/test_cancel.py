@@ -7,7 +7,7 @@ import time
 import pytest
 
 from futures.client.guard import MemoryTokenGuard
-from ktimers.wire import TimerEvent
+from ktimers.wire import TimerEvent, decode_events
 from tests.integration.conftest import Stack
 
 pytestmark = pytest.mark.integration
@@ -24,9 +24,9 @@ def events_by_id(stack: Stack, ids: set[str], until: int, timeout_s: float = 15)
         reader.poll(0.3)
         found = {}
         for record in reader.records:
-            event = TimerEvent.FromString(record.value or b"")
-            if event.id in ids:
-                found.setdefault(event.id, []).append(event.kind)
+            for event in decode_events(record.value, record.headers):
+                if event.id in ids:
+                    found.setdefault(event.id, []).append(event.kind)
         if sum(len(v) for v in found.values()) >= until:
             break
     return found

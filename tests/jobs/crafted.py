@@ -9,7 +9,16 @@ from datetime import UTC, datetime
 from pyspark.sql import DataFrame, SparkSession
 
 from futures.jobs.kafka_source import SOURCE_SCHEMA
-from ktimers.wire import KIND_CANCEL, KIND_HEADER, Cancel, Future, TimerEvent
+from ktimers.wire import (
+    KIND_BATCH,
+    KIND_CANCEL,
+    KIND_HEADER,
+    Cancel,
+    Future,
+    TimerEvent,
+    TimerEventBatch,
+    event_batch_key,
+)
 
 REQUEST = "timer-request"
 EVENTS = "timer-events"
@@ -73,13 +82,32 @@ class Log:
 
 @dataclass
 class Events:
+    """`timer-events` as the worker writes it (``TimerEventBatch`` records of ``batch_size``
+    events per partition) or, with ``batch_size=0``, as workers before batches did (a record each)."""
+
     log: Log = field(default_factory=lambda: Log(EVENTS))
+    batch_size: int = 0
+    _open: dict[int, list[TimerEvent]] = field(default_factory=lambda: defaultdict(list))
 
     def add(self, kind: int, partition: int, timer_id: str, offset: int = -1, due_ms: int = 0) -> None:
         event = TimerEvent(
             id=timer_id, kind=kind, partition=partition, source_offset=offset, due_ms=due_ms, at_ms=T0
         )
-        self.log.append(partition, event.SerializeToString(), timer_id.encode())
+        if not self.batch_size:
+            self.log.append(partition, event.SerializeToString(), timer_id.encode())
+            return
+        batch = self._open[partition]
+        batch.append(event)
+        if len(batch) >= self.batch_size:
+            self.close()
+
+    def close(self) -> None:
+        """Write the open batches."""
+        for partition, events in self._open.items():
+            if events:
+                value = TimerEventBatch(events=events).SerializeToString()
+                self.log.append(partition, value, event_batch_key(partition), [(KIND_HEADER, KIND_BATCH)])
+        self._open.clear()
 
     def df(self, spark: SparkSession) -> DataFrame:
         return self.log.df(spark)

@@ -15,7 +15,7 @@ from futures.ingress.limits import ParseLimits
 from futures.ingress.records import SourceRecord
 from futures.ingress.requests import CancelRequest, RequestParser, Schedule
 from futures.jobs.decode import CANCEL, INVALID, SCHEDULE, TOMBSTONE
-from ktimers.wire import TimerEvent
+from ktimers.wire import TimerEvent, decode_events
 
 NOW_MS = 1_795_000_000_000
 
@@ -70,21 +70,27 @@ def compact(request_rows: list[tuple], event_rows: list[tuple], config: ParseLim
             seq[n] = high if topics > 1 else 0
     fired, rejected, dropped = set(), set(), set()
     bad_events = 0
-    for _, value, *_rest in event_rows:
+    events_read = 0
+    for _, value, *_rest, headers in event_rows:
         try:
-            event = TimerEvent.FromString(value) if value is not None else None
-            kind = TimerEvent.Kind.Name(event.kind) if event is not None else None
+            if value is None:
+                raise ValueError("tombstone")
+            events = [
+                (event, TimerEvent.Kind.Name(event.kind))
+                for event in decode_events(value, [(h["key"], h["value"]) for h in headers])
+            ]
         except Exception:  # noqa: BLE001 - undecodable, as the job counts it
-            event = kind = None
-        if event is None or kind is None:
             bad_events += 1
+            events_read += 1
             continue
-        if kind == "FIRED" and event.source_offset >= 0:
-            fired.add((event.partition, event.id, event.source_offset))
-        elif kind == "REJECTED" and event.source_offset >= 0:
-            rejected.add((event.partition, event.id, event.source_offset))
-        elif kind == "REJECTED":
-            dropped.add((event.partition, event.id, event.due_ms))
+        events_read += len(events)
+        for event, kind in events:
+            if kind == "FIRED" and event.source_offset >= 0:
+                fired.add((event.partition, event.id, event.source_offset))
+            elif kind == "REJECTED" and event.source_offset >= 0:
+                rejected.add((event.partition, event.id, event.source_offset))
+            elif kind == "REJECTED":
+                dropped.add((event.partition, event.id, event.due_ms))
     groups: dict[tuple[Any, ...], list[int]] = defaultdict(list)
     for n, row in enumerate(rows):
         groups[(row["partition"], row["timer_id"], row["kind"] != INVALID)].append(n)
@@ -118,4 +124,4 @@ def compact(request_rows: list[tuple], event_rows: list[tuple], config: ParseLim
                 pending[(partition, timer_id)] = (row["topic"], row["offset"], row["idx"], row["due_ms"],
                                                   row["future"])  # fmt: skip
             statuses[status] += 1
-    return Expected(pending, statuses, invalid, (len(event_rows), bad_events))
+    return Expected(pending, statuses, invalid, (events_read, bad_events))

@@ -25,7 +25,10 @@ PARSE = CONFIG.parse_limits()
 def crafted_log(seed: int = 11, records: int = 1500) -> tuple[Log, Log, Events]:
     """Two request topics and the events: versions, cancels, fires, rejections, drops, batches, junk."""
     rng = random.Random(seed)  # noqa: S311 - a reproducible log
-    main, extra, events = Log(), Log(EXTRA), Events()
+    main, extra = Log(), Log(EXTRA)
+    # Events as workers write them now (batches) and as older ones did (a record each).
+    batched = Events(batch_size=7)
+    single = Events(log=batched.log)
     ids = [f"t{n}" for n in range(200)]
     for n in range(records):
         log = extra if rng.random() < 0.2 else main
@@ -37,6 +40,7 @@ def crafted_log(seed: int = 11, records: int = 1500) -> tuple[Log, Log, Events]:
             due = D + rng.randrange(100_000)
             offset = log.schedule(partition, timer, due, payload=bytes([n % 256]), timestamp_ms=ts)
             fate = rng.random()
+            events = batched if n < records // 2 else single
             if fate < 0.2:
                 events.add(Kind.FIRED, partition, timer, offset, due)
             elif fate < 0.25:
@@ -62,8 +66,11 @@ def crafted_log(seed: int = 11, records: int = 1500) -> tuple[Log, Log, Events]:
             log.append(partition, bad, timer.encode(), timestamp_ms=ts)
         else:
             log.schedule(partition, timer, D + n, timestamp_ms=ts)
+    batched.close()
+    events = single
     events.log.append(0, b"\xff\xff")
     events.log.append(1, None)
+    events.log.append(2, b"\xff\xff", b"2", [(KIND_HEADER, KIND_BATCH)])  # a batch that does not decode
     return main, extra, events
 
 

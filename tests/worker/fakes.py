@@ -14,7 +14,7 @@ from typing import cast
 
 from confluent_kafka import KafkaError, KafkaException, Message
 
-from ktimers.wire import TimerEvent, header_value
+from ktimers.wire import TimerEvent, decode_events, header_value
 
 #: What a test plugs in as ``FakeProducer.fail``: the error to report for a record
 #: produced to ``topic``, or None to deliver it.
@@ -174,8 +174,8 @@ class FakeProducer:
         return [s for s in self.sent if s.topic == topic and s.error is not None]
 
     def events(self, topic: str = "timer-events") -> list[TimerEvent]:
-        """Delivered ``TimerEvent``s, decoded."""
-        return [TimerEvent.FromString(s.value or b"") for s in self.on(topic)]
+        """Delivered ``TimerEvent``s, decoded (batches into their events), in order."""
+        return [event for s in self.on(topic) for event in decode_events(s.value, s.headers)]
 
 
 class FakeTopics:

@@ -1,0 +1,86 @@
+"""`timer-events` as the engine writes it: one ``TimerEventBatch`` record per partition and step,
+keyed by the partition, every event of a timer in order, each record within the producer's limit."""
+
+from __future__ import annotations
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from futures.worker.dispatch import _split
+from ktimers.wire import (
+    KIND_BATCH,
+    KIND_HEADER,
+    MAX_ID_BYTES,
+    TimerEvent,
+    TimerEventBatch,
+    decode_events,
+    event_batch_key,
+)
+from tests.worker.rig import T_MS, Kind, MakeRig, T
+
+
+def test_a_step_writes_one_batch_record_per_partition_keyed_by_the_partition(make_rig: MakeRig) -> None:
+    rig = make_rig()
+    rig.ingest(
+        rig.request("a", T_MS + 10, partition=0),
+        rig.request("b", T_MS + 20, partition=0),
+        rig.request("c", T_MS + 30, partition=2),
+        rig.cancel("b", partition=0),
+    )
+    records = rig.producer.on(rig.topics.events)
+    assert [(r.key, r.header(KIND_HEADER)) for r in records] == [
+        (event_batch_key(0), KIND_BATCH),
+        (event_batch_key(2), KIND_BATCH),
+    ]
+    # In the order things happened, within the partition's record.
+    zero = decode_events(records[0].value, records[0].headers)
+    assert [(e.id, e.kind) for e in zero] == [
+        ("a", Kind.SCHEDULED),
+        ("b", Kind.SCHEDULED),
+        ("b", Kind.CANCELLED),
+    ]
+
+    rig.tick(T + 1, partitions=(0, 2))
+    fired = rig.producer.on(rig.topics.events)[2:]
+    assert sorted(r.key for r in fired) == [event_batch_key(0), event_batch_key(2)]
+    assert sorted(e.id for r in fired for e in decode_events(r.value, r.headers)) == ["a", "c"]
+    # A timer's events, read back in record order, are its history.
+    assert [e.kind for e in rig.events() if e.id == "a"] == [Kind.SCHEDULED, Kind.FIRED]
+
+
+def test_a_step_with_more_events_than_a_record_holds_writes_several_each_within_the_limit(
+    make_rig: MakeRig,
+) -> None:
+    # A small producer limit (TIMERS_MAX_PAYLOAD_BYTES plus the allowance: 18 KB) and long ids.
+    rig = make_rig(max_payload_bytes=2000)
+    long = "x" * (MAX_ID_BYTES - 8)
+    ids = [f"{long}{n:08d}" for n in range(300)]
+    rig.ingest(*(rig.request(timer_id, T_MS + n, key="k", payload=b"") for n, timer_id in enumerate(ids)))
+    records = rig.producer.on(rig.topics.events)
+    assert len(records) > 1
+    assert all(len(r.value or b"") <= rig.config.max_record_bytes // 2 for r in records)
+    assert [e.id for e in rig.events(Kind.SCHEDULED)] == ids
+
+
+_events = st.lists(
+    st.builds(
+        TimerEvent,
+        id=st.text(max_size=MAX_ID_BYTES // 4),
+        kind=st.sampled_from([Kind.SCHEDULED, Kind.FIRED, Kind.REJECTED]),
+        due_ms=st.integers(0, 2**62),
+        source_offset=st.integers(-1, 2**62),
+        reason=st.text(max_size=400),
+    ),
+    max_size=60,
+)
+
+
+@settings(max_examples=200, deadline=None)
+@given(events=_events, max_bytes=st.integers(4096, 20_000))
+def test_splitting_keeps_every_event_in_order_and_each_part_within_the_limit(
+    events: list[TimerEvent], max_bytes: int
+) -> None:
+    parts = _split(TimerEventBatch(events=events), max_bytes)
+    assert all(len(part) <= max_bytes for part in parts)
+    decoded = [e for part in parts for e in TimerEventBatch.FromString(part).events]
+    assert decoded == events
