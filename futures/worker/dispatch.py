@@ -124,14 +124,31 @@ class Dispatcher:
 
     # -- callbacks -----------------------------------------------------------------
 
-    def produce_callback(self, timer: StoredTimer, fired_ms: int, deliveries: Deliveries, index: int) -> None:
+    def produce_callback(
+        self,
+        timer: StoredTimer,
+        fired_ms: int,
+        deliveries: Deliveries,
+        index: int,
+        topics: dict[str, KafkaError | None],
+    ) -> None:
+        """Produce one callback; its report lands in ``deliveries`` under ``index``.
+
+        ``topics``: what the topic directory answered for each callback topic this
+        round, filled as topics come up (one lookup per topic and round, not per timer).
+        """
         future = timer.future
-        problem = self._callback_topics.problem(future.callBackTopic)
+        topic = future.callBackTopic
+        problem = (
+            topics[topic]
+            if topic in topics
+            else topics.setdefault(topic, self._callback_topics.problem(topic))
+        )
         if problem is not None:
             deliveries.errors[index] = problem  # settled like a delivery report
             return
         self._writer.produce(
-            future.callBackTopic,
+            topic,
             future.callBackKey.encode(),
             future.callBack,
             headers=callback_headers(timer, fired_ms),
@@ -142,8 +159,10 @@ class Dispatcher:
     async def fire(self, timers: Sequence[tuple[int, StoredTimer]], fired_ms: int) -> FireOutcome:
         """Produce callbacks and wait for every delivery report."""
         deliveries = Deliveries()
+        topics: dict[str, KafkaError | None] = {}
+        produce = self.produce_callback
         for i, (_, timer) in enumerate(timers):
-            self.produce_callback(timer, fired_ms, deliveries, i)
+            produce(timer, fired_ms, deliveries, i, topics)
         await self._writer.flush()
         return self.settle(timers, deliveries, [fired_ms] * len(timers))
 
@@ -302,25 +321,15 @@ _BATCH_HEADERS = [(KIND_HEADER, KIND_BATCH)]
 
 
 def _split(batch: TimerEventBatch, max_bytes: int) -> list[bytes]:
-    """``batch`` serialized in as few values of at most ``max_bytes`` as it takes, in order.
+    """``batch`` serialized in values of at most ``max_bytes``, in order: halved until each fits.
 
     An event is a few KiB at most (ids ≤ 512 bytes, reasons cut short); ``max_bytes`` is larger.
     """
-    if batch.ByteSize() <= max_bytes:
+    events = batch.events
+    if len(events) < 2 or batch.ByteSize() <= max_bytes:
         return [batch.SerializeToString()]
-    # Rare: a step of very many events, or of long ids.
-    parts: list[bytes] = []
-    part, size = TimerEventBatch(), 0
-    for event in batch.events:
-        event_size = event.ByteSize() + _EVENT_FRAMING
-        if part.events and size + event_size > max_bytes:
-            parts.append(part.SerializeToString())
-            part, size = TimerEventBatch(), 0
-        part.events.append(event)
-        size += event_size
-    parts.append(part.SerializeToString())
-    return parts
-
-
-#: Bytes around each event in a batch: its field tag and length.
-_EVENT_FRAMING = 4
+    half = len(events) // 2
+    return [
+        *_split(TimerEventBatch(events=events[:half]), max_bytes),
+        *_split(TimerEventBatch(events=events[half:]), max_bytes),
+    ]

@@ -25,6 +25,8 @@ from collections import defaultdict, deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
+from confluent_kafka import KafkaError
+
 from futures.ingress.records import SourceRecord
 from futures.ingress.requests import CancelRequest, RequestParser, Schedule
 from futures.worker.config import LatePolicy, WorkerConfig
@@ -128,15 +130,21 @@ class TimerEngine:
             changes: dict[int, _Changes] = defaultdict(_Changes)
             fire_now: list[tuple[int, StoredTimer]] = []
             staged = yielded = 0
+            request_topic = self._topics.request
             queue = deque((record, True) for record in records)
             while queue:
                 record, check_gap = queue.popleft()
-                if record.offset <= self._applied_offset(record):
+                table = self._tables(record.partition)
+                is_request = record.topic == request_topic
+                durable = table.request_offset if is_request else table.topic_offset(record.topic)
+                if record.offset <= durable:
                     # Applied before a restart or rebalance, read again from an
                     # older committed offset: applying it twice could fire twice.
                     self.metrics.requests_skipped.inc()
                     continue
-                applied = self._applied_offset(record, changes.get(record.partition))
+                part = changes[record.partition]
+                in_step = part.request_offset if is_request else part.topic_offsets.get(record.topic)
+                applied = durable if in_step is None else in_step
                 if check_gap and applied >= 0 and record.offset > applied + 1 and self._gaps is not None:
                     start, end = applied + 1, record.offset
                     missing = await self._gaps.read(record.topic, record.partition, start, end)
@@ -148,9 +156,7 @@ class TimerEngine:
                     self.metrics.requests_read_back.inc(len(missing))
                     queue.extendleft(reversed([*((m, False) for m in missing), (record, False)]))
                     continue
-                part = changes[record.partition]
-                table = self._tables(record.partition)
-                if record.topic == self._topics.request:
+                if is_request:
                     part.request_offset = record.offset
                 else:
                     part.topic_offsets[record.topic] = record.offset
@@ -175,19 +181,6 @@ class TimerEngine:
                     yielded = staged
                     await asyncio.sleep(0)
             await self._apply_staged(changes, fire_now)
-
-    def _applied_offset(self, record: SourceRecord, part: _Changes | None = None) -> int:
-        """Last applied offset of the record's topic and partition: staged in ``part``, else the table's."""
-        if part is not None:
-            staged = part.request_offset if record.topic == self._topics.request else None
-            if staged is None:
-                staged = part.topic_offsets.get(record.topic)
-            if staged is not None:
-                return staged
-        table = self._tables(record.partition)
-        if record.topic == self._topics.request:
-            return table.request_offset
-        return table.topic_offset(record.topic)
 
     async def _apply_staged(
         self, changes: dict[int, _Changes], fire_now: list[tuple[int, StoredTimer]]
@@ -414,6 +407,7 @@ class TimerEngine:
         """
         try:
             deliveries = Deliveries()
+            topics: dict[str, KafkaError | None] = {}  # callback topics looked up, for this window
             sent: list[tuple[int, DueTimer, StoredTimer, int]] = []
             for item in due:
                 wait_ms = item.due_ms - self._clock()
@@ -423,7 +417,7 @@ class TimerEngine:
                     continue
                 timer = StoredTimer.FromString(item.value)
                 fired_ms = self._clock()
-                self.dispatch.produce_callback(timer, fired_ms, deliveries, len(sent))
+                self.dispatch.produce_callback(timer, fired_ms, deliveries, len(sent), topics)
                 window.sent.add(item.timer_id)
                 sent.append((partition, item, timer, fired_ms))
             await self._writer.flush()
@@ -463,7 +457,8 @@ class TimerEngine:
         }
         self.dispatch.produce_events()  # delivered with this write's records, checked below
         changelog = self.config.changelog_topic
-        deliveries = Deliveries(offsets=True)
+        deliveries = Deliveries()
+        produce = self._writer.produce
         staged: dict[int, list[Record]] = {}
         for partition, part in changes.items():
             # Other ingress topics' progress follows the records it covers.
@@ -472,10 +467,12 @@ class TimerEngine:
                 *(topic_progress_record(*p) for p in part.topic_offsets.items()),
             ]
             for key, value in staged[partition]:
-                self._writer.produce(changelog, key, value, partition=partition, deliveries=deliveries)
+                produce(changelog, key, value, partition=partition, deliveries=deliveries)
         await self._writer.flush()
         deliveries.raise_first("changelog")
         self.dispatch.take_side().raise_first("event or dead-letter")
+        # The tails come last in their partitions: their offsets are how far the changelog is written.
+        deliveries = Deliveries(offsets=True)
         for partition, part in changes.items():
             table = self._tables(partition)
             tail = progress_record(

@@ -592,3 +592,11 @@ def test_requests_the_stream_skipped_are_read_back_and_applied_in_order(rig):
     assert rig.table(0).request_offset == after.offset
     rig.ingest(after)  # and nothing is read back for a record already applied
     assert gaps.reads == [(first.offset + 1, after.offset)]
+
+
+def test_a_tick_asks_the_topic_directory_once_per_callback_topic_not_once_per_timer(rig):
+    rig.ingest(*(rig.request(f"t{n}", T_MS + n, topic="orders" if n % 2 else "audit") for n in range(40)))
+    rig.callback_topics.asked.clear()
+    rig.tick(T + 1)
+    assert len(rig.fired("orders")) == len(rig.fired("audit")) == 20
+    assert sorted(rig.callback_topics.asked) == ["audit", "orders"]
