@@ -15,13 +15,15 @@
    delayed ticks — and so timers — by up to 1.5 s.
 3. **Fetched requests go to the engine whole.** Faust hands a stream one event
    at a time (~100 µs each, ../shared/STACK.md: a 6-10 k/s ceiling). Request
-   records do not take that path: each fetched batch becomes
-   :class:`SourceRecord` lists for ``TimerEngine.ingest`` (in pieces of
-   ``TIMERS_INGEST_BATCH_SIZE``), and their offsets are acked in Faust's books
-   once the engine made them durable, so Faust's periodic commit goes on as for
-   any stream. Ticks — a few a second — still go to their own agent, which runs
-   beside ingest: firing (and precise mode's per-millisecond sending) never waits
-   for the fetcher, nor the fetcher for firing. Faust keeps group membership,
+   records do not take that path: fetched batches go to a :class:`RequestBacklog`,
+   and each call of ``getmany`` applies one engine step of it
+   (``TIMERS_INGEST_BATCH_SIZE`` records at most) through ``TimerEngine.ingest``;
+   their offsets are acked in Faust's books once the engine made them durable, so
+   Faust's periodic commit goes on as for any stream. Ticks — a few a second —
+   still go to their own agent, which runs beside ingest, and are handed out on
+   every call: a tick waits for one engine step at most, never for all the
+   requests one fetch brought (megabytes). With a few steps in hand the consumer
+   fetches ticks only, which bounds the backlog. Faust keeps group membership,
    co-partitioned assignment and changelog recovery.
 4. **A restart removes its dead incarnation from the group** (dynamic membership
    only): the consumer thread records its member id in the data dir whenever it
@@ -36,6 +38,7 @@ from __future__ import annotations
 
 import logging
 import weakref
+from collections import deque
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -137,28 +140,43 @@ class TimerConsumer(faust_aiokafka.Consumer):
                 positions[tp] = offset
         return positions
 
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._backlog = RequestBacklog()  # fetched requests not yet applied (docstring, 3)
+
+    def _get_active_partitions(self) -> set[TP]:
+        active = super()._get_active_partitions()
+        route = _routes.get(self.app)
+        if route is not None and self._backlog.records >= route.batch_size * BACKLOG_STEPS:
+            # Enough requests in hand: fetch only ticks until the engine catches up,
+            # so a tick is never queued behind a backlog of requests.
+            return {tp for tp in active if tp.topic not in route.request_topics}
+        return active
+
     async def getmany(self, timeout: float) -> AsyncIterator[tuple[TP, Message]]:
         route = _routes.get(self.app)
         if route is None:  # an app without an engine (tools, tests of the store): plain Faust
             async for item in super().getmany(timeout):
                 yield item
             return
-        records, active = await self._wait_next_records(timeout)
+        # With requests in hand, only take what the fetcher has already: they are applied below.
+        records, active = await self._wait_next_records(0 if self._backlog else timeout)
         if records is None or self.should_stop:
             return
         if not self.flow_active:  # as Faust does: a rebalance is on, positions are reset
+            self._backlog.clear()  # not acked: read again by whoever owns them now
             try:
                 await self.perform_seek()
             except Exception as exc:  # noqa: BLE001 - Faust's own handling: logged, retried
                 log.warning("exception performing seek when flow not active: %r", exc)
             return
         generation = self.app.consumer_generation_id
-        requests, rest = [], {}
+        rest = {}
         for tp, batch in records.items():
             if not batch or not (active is None or tp in active or tp in self._buffered_partitions):
                 continue
             if tp.topic in route.request_topics:
-                requests.append((tp, batch))
+                self._backlog.add(tp, batch, generation)
             else:
                 rest[tp] = batch
         # Anything else (ticks; table changelogs while recovering) takes Faust's path, first:
@@ -167,8 +185,11 @@ class TimerConsumer(faust_aiokafka.Consumer):
             if self.app.consumer_generation_id != generation:
                 break
             yield tp, self._to_message(tp, record)
-        for chunk in _chunks(requests, route.batch_size):
-            await self._apply(route.ingest, chunk, generation)
+        # One engine step per call, so the ticks of the next fetch wait for one step at
+        # most, never for everything one fetch brought (up to megabytes of requests).
+        step = self._backlog.take(generation, route.batch_size)
+        if step:
+            await self._apply(route.ingest, step, generation)
 
     async def _apply(self, apply: Apply, batches: list[tuple[TP, list[Any]]], generation: int) -> None:
         if self.app.consumer_generation_id != generation:
@@ -200,24 +221,51 @@ class TimerConsumer(faust_aiokafka.Consumer):
 CHUNK_BYTES = 1_000_000
 
 
-def _chunks(batches: list[tuple[TP, list[Any]]], size: int) -> Iterable[list[tuple[TP, list[Any]]]]:
-    """Consecutive pieces of at most ``size`` records or about :data:`CHUNK_BYTES` of values
-    (a partition's records stay in order)."""
-    chunk: list[tuple[TP, list[Any]]] = []
-    count = volume = 0
-    for tp, batch in batches:
-        start = 0
-        for end, record in enumerate(batch, 1):
-            count += 1
-            volume += len(record.value or b"")
-            if count >= size or volume >= CHUNK_BYTES:
-                chunk.append((tp, batch[start:end]))
-                yield chunk
-                chunk, count, volume, start = [], 0, 0, end
-        if start < len(batch):
-            chunk.append((tp, batch[start:]))
-    if chunk:
-        yield chunk
+class RequestBacklog:
+    """Request records fetched but not yet applied, oldest first; each batch remembers the
+    consumer generation it was fetched in (after a rebalance it may be another worker's)."""
+
+    def __init__(self) -> None:
+        self._batches: deque[tuple[TP, list[Any], int]] = deque()
+        self.records = 0
+
+    def __bool__(self) -> bool:
+        return bool(self._batches)
+
+    def add(self, tp: TP, batch: list[Any], generation: int) -> None:
+        self._batches.append((tp, batch, generation))
+        self.records += len(batch)
+
+    def clear(self) -> None:
+        self._batches.clear()
+        self.records = 0
+
+    def take(self, generation: int, size: int) -> list[tuple[TP, list[Any]]]:
+        """The next engine step: the oldest records of ``generation``, at most ``size`` of them
+        or about :data:`CHUNK_BYTES` of values, a partition's in order. Older generations' go."""
+        step: list[tuple[TP, list[Any]]] = []
+        count = volume = 0
+        batches = self._batches
+        while batches and count < size and volume < CHUNK_BYTES:
+            tp, batch, fetched_in = batches.popleft()
+            if fetched_in != generation:
+                self.records -= len(batch)  # not acked: read again by whoever owns them now
+                continue
+            end = 0
+            while end < len(batch) and count < size and volume < CHUNK_BYTES:
+                volume += len(batch[end].value or b"")
+                count += 1
+                end += 1
+            step.append((tp, batch[:end]))
+            if end < len(batch):
+                batches.appendleft((tp, batch[end:], fetched_in))
+            self.records -= end
+        return step
+
+
+#: Engine steps of requests the consumer holds before it fetches only ticks (see
+#: ``TimerConsumer._get_active_partitions``): enough to keep the engine busy between fetches.
+BACKLOG_STEPS = 4
 
 
 class TimerTransport(faust_aiokafka.Transport):

@@ -1,23 +1,41 @@
-"""How the transport cuts a fetched batch of requests into engine steps."""
+"""How the transport cuts fetched requests into engine steps (the request backlog)."""
 
 from __future__ import annotations
 
 from types import SimpleNamespace
 
-from futures.worker.transport import CHUNK_BYTES, _chunks
+from futures.worker.transport import CHUNK_BYTES, RequestBacklog
 
 
 def records(n: int, size: int) -> list[SimpleNamespace]:
     return [SimpleNamespace(value=b"x" * size) for _ in range(n)]
 
 
-def test_pieces_keep_every_record_in_order_bounded_by_count_and_bytes() -> None:
+def test_steps_keep_every_record_in_order_bounded_by_count_and_bytes() -> None:
     small, big = records(5, 10), records(3, CHUNK_BYTES // 2 + 1)
-    pieces = list(_chunks([("p0", small), ("p1", big)], 3))
-    assert [[(tp, len(part)) for tp, part in piece] for piece in pieces] == [
+    backlog = RequestBacklog()
+    backlog.add("p0", small, 7)  # any hashable stands for a TP
+    backlog.add("p1", big, 7)
+    assert backlog.records == 8
+    steps = []
+    while backlog:
+        steps.append(backlog.take(7, 3))
+    assert [[(tp, len(part)) for tp, part in step] for step in steps] == [
         [("p0", 3)],
         [("p0", 2), ("p1", 1)],  # three records
         [("p1", 2)],  # two big values pass the byte bound
     ]
-    assert [r for piece in pieces for _, part in piece for r in part] == small + big
-    assert list(_chunks([], 3)) == []
+    assert [r for step in steps for _, part in step for r in part] == small + big
+    assert backlog.records == 0
+    assert backlog.take(7, 3) == []
+
+
+def test_records_fetched_before_a_rebalance_are_dropped_not_applied() -> None:
+    backlog = RequestBacklog()
+    old, new = records(4, 10), records(2, 10)
+    backlog.add("p0", old, 1)
+    backlog.add("p0", new, 2)
+    # Generation 2: the first batch was fetched in generation 1 and is not acked, so the
+    # partition's owner now reads it again from the committed (or resume) position.
+    assert backlog.take(2, 10) == [("p0", new)]
+    assert backlog.records == 0 and not backlog
