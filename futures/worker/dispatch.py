@@ -22,6 +22,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from confluent_kafka import KafkaError
+from google.protobuf.internal.containers import RepeatedCompositeFieldContainer
 
 from futures.ingress.records import SourceRecord
 from futures.ingress.requests import seed_id
@@ -176,8 +177,7 @@ class Dispatcher:
         firings: list[Firing] = []
         errors = deliveries.errors
         now = self._clock()
-        events = None
-        events_of = -1  # the partition ``events`` belongs to: a chunk is mostly one partition
+        events_of: dict[int, RepeatedCompositeFieldContainer[TimerEvent]] = {}
         for i, (partition, timer) in enumerate(timers):
             err = errors.get(i) if errors else None
             future = timer.future
@@ -185,10 +185,11 @@ class Dispatcher:
                 done.append(i)
                 timer_id, due_ms = future.id, future.due_ms
                 firings.append(Firing(timer_id, partition, due_ms, fired[i]))
-                if partition != events_of:
-                    events, events_of = self._batch(partition).events, partition
+                events = events_of.get(partition)
+                if events is None:
+                    events = events_of[partition] = self._batch(partition).events
                 # What event() does, inlined: this runs once per fired timer.
-                events.add(  # type: ignore[union-attr]  # set on the first pass
+                events.add(
                     id=timer_id,
                     kind=_FIRED,
                     due_ms=due_ms,
