@@ -137,8 +137,8 @@ class KafkaWriter:
 
         ``headers`` must be a list (librdkafka takes no other sequence); ``partition``
         :data:`ANY_PARTITION` lets the producer's partitioner choose.
-        Runs three times per fired timer (callback, event, tombstone): the common
-        case is one call into librdkafka and nothing else.
+        Runs twice per fired timer (callback, tombstone) and per scheduled one (changelog):
+        the common case is one call into librdkafka and nothing else.
         """
         if deliveries is None:
             report = None
@@ -146,36 +146,7 @@ class KafkaWriter:
             report = deliveries.on_delivery
         else:
             report = functools.partial(deliveries.report, index)
-        try:
-            self._produce(
-                topic,
-                value,
-                key=key,
-                partition=partition,
-                on_delivery=report,
-                headers=cast(RecordHeaders, headers),
-            )
-        except BufferError:
-            self._produce_when_room(topic, key, value, headers, partition, report)
-        except KafkaException as exc:
-            # Refused before it was queued (e.g. larger than message.max.bytes):
-            # a delivery failure of this record, not of the whole batch.
-            if report is None:
-                raise
-            report(exc.args[0], None)
-
-    def _produce_when_room(
-        self,
-        topic: str,
-        key: bytes | None,
-        value: bytes | None,
-        headers: Sequence[tuple[str, str | bytes | None]] | None,
-        partition: int,
-        report: Callable[[KafkaError | None, Message | None], None] | None,
-    ) -> None:
-        """The local queue is full: serve delivery reports until the record fits."""
         while True:
-            self._producer.poll(0.05)
             try:
                 self._produce(
                     topic,
@@ -187,8 +158,11 @@ class KafkaWriter:
                 )
                 return
             except BufferError:
-                continue
+                # The local queue is full: serve delivery reports to make room.
+                self._producer.poll(0.05)
             except KafkaException as exc:
+                # Refused before it was queued (e.g. larger than message.max.bytes):
+                # a delivery failure of this record, not of the whole batch.
                 if report is None:
                     raise
                 report(exc.args[0], None)
