@@ -37,14 +37,14 @@ from futures.worker.kafka import Deliveries, KafkaWriter
 from futures.worker.metrics import WorkerMetrics
 from futures.worker.status import WorkerStatus
 from futures.worker.table import (
-    DueTimer,
     PartitionTimers,
     Record,
+    due_of_key,
     progress_record,
     table_key,
     topic_progress_record,
 )
-from futures.worker.windows import Window, Windows
+from futures.worker.windows import Item, Window, Windows
 from ktimers.deadletter import short
 from ktimers.logs import ThrottledLog
 from ktimers.wire import (
@@ -78,6 +78,8 @@ class _Changes:
     # Ids touched in this batch → due ms (None = removed): later requests in the
     # same batch must see earlier ones before anything reaches the table.
     overlay: dict[str, int | None] = field(default_factory=dict)
+    # Precise mode: timers put into the table, for their window once the write is durable.
+    offers: list[tuple[str, Item]] = field(default_factory=list)
 
 
 class TimerEngine:
@@ -111,7 +113,7 @@ class TimerEngine:
         self.dispatch = Dispatcher(
             self._topics, writer, metrics, self.status, clock, callback_topics or AnyTopic()
         )
-        self._windows = Windows()  # precise mode
+        self._windows = Windows(config.fire_chunk_size)  # precise mode
         self._ticks_log = ThrottledLog(log)
 
     # -- request → table -------------------------------------------------------
@@ -193,6 +195,10 @@ class TimerEngine:
                 self._keep_for_retry(partition, timer, changes[partition])
         await self._commit(changes)
         self.metrics.scheduled.inc(sum(part.scheduled for part in changes.values()))
+        for partition, part in changes.items():
+            for timer_id, item in part.offers:
+                if part.overlay.get(timer_id) == item[0]:  # not replaced or cancelled later in the step
+                    self._windows.offer(partition, item)
 
     def _owned(self, records: Sequence[SourceRecord]) -> Sequence[SourceRecord]:
         """Drop records of partitions revoked while they were buffered: the new owner reads them."""
@@ -222,7 +228,7 @@ class TimerEngine:
         partition = request.record.partition
         table = self._tables(partition)
         due = self._current_due(part, table, request.timer_id)
-        if due is not None and self._windows.cancel(partition, request.timer_id):
+        if due is not None and self._windows.cancel(partition, due, table_key(due, request.timer_id)):
             due = None  # sent by precise mode a moment ago; its deletion is on the way
         if due is None:
             self.metrics.cancel_missed.inc()
@@ -249,9 +255,9 @@ class TimerEngine:
         partition = request.record.partition
         timer_id, due_ms = request.timer_id, request.due_ms
         old_due = self._current_due(part, table, timer_id)
-        if old_due is not None and self._windows:
-            self._windows.withdraw(partition, timer_id)
         new_key = table_key(due_ms, timer_id)
+        if old_due is not None and self._windows:
+            self._windows.withdraw(partition, old_due, table_key(old_due, timer_id))
         if old_due is not None and table_key(old_due, timer_id) != new_key:
             # Latest wins: the older version is removed, not fired.
             part.records.append((table_key(old_due, timer_id), None))
@@ -277,8 +283,11 @@ class TimerEngine:
                     )
                 return None
             return request.timer
-        part.records.append((new_key, request.timer.SerializeToString()))
+        value = request.timer.SerializeToString()
+        part.records.append((new_key, value))
         part.overlay[timer_id] = due_ms
+        if self._windows:
+            part.offers.append((timer_id, (due_ms, new_key, value)))
         if old_due is None:
             part.pending_delta += 1
         part.scheduled += 1
@@ -328,7 +337,7 @@ class TimerEngine:
             if self.config.precise:
                 for partition, part in changes.items():
                     if part.watermark is not None:
-                        self._open_window(partition, part.watermark)
+                        self._open_windows(partition, part.watermark)
         # Every tick that did not move a clock — older, repeated, or one of
         # several oscillators' copies of the same second — is a duplicate.
         advanced = sum(1 for part in changes.values() if part.watermark is not None)
@@ -390,53 +399,67 @@ class TimerEngine:
 
     # -- precise mode ------------------------------------------------------------
 
-    def _open_window(self, partition: int, second: int) -> None:
-        """Take the timers due by ``second + 1`` (called under the lock, the watermark at ``second``)."""
-        due = self._tables(partition).due_by((second + 1) * 1000, self.config.fire_chunk_size)
-        if not due:
-            return
-        held = {d.timer_id for d in due}
-        self._windows.open(partition, held, lambda window: self._send_window(partition, window, due))
+    def _open_windows(self, partition: int, second: int) -> None:
+        """Open windows ``second + 1`` and ``second + 2`` where they are not open (called under
+        the lock, the watermark at ``second``): each is sending a second before its timers are due."""
+        table = self._tables(partition)
+        for window in (second + 1, second + 2):
+            if self._windows.is_open(partition, window):
+                continue
+            due = table.due_items(window * 1000, self._windows.max_timers, from_ms=(window - 1) * 1000 + 1)
+            items = [(due_of_key(key), key, value) for key, value in due]
+            self._windows.open(partition, window, items, self._send_window)
 
-    async def _send_window(self, partition: int, window: Window, due: list[DueTimer]) -> None:
-        """Send each timer at its due millisecond, then delete what was sent.
+    async def _send_window(self, window: Window) -> None:
+        """Send each timer of ``window`` at its due millisecond, then delete what was sent.
 
-        Runs without the lock while it waits, so ingest goes on; a timer that
-        ingest cancels or replaces meanwhile is skipped (``window.removed``).
-        Never early: a timer is sent when this worker's clock has reached its due time.
+        Runs without the lock while it waits, so ingest goes on: a timer accepted
+        meanwhile joins (``Windows.offer``), one cancelled or replaced is skipped
+        (``window.removed``). Never early: a timer is sent when this worker's clock
+        has reached its due time.
         """
+        partition = window.partition
+        end_ms = window.second * 1000
         try:
             deliveries = Deliveries()
             topics: dict[str, KafkaError | None] = {}  # callback topics looked up, for this window
-            sent: list[tuple[int, DueTimer, StoredTimer, int]] = []
-            for item in due:
-                wait_ms = item.due_ms - self._clock()
+            sent: list[tuple[bytes, StoredTimer, int]] = []
+            while True:
+                next_due = window.next_due()
+                wait_ms = (end_ms if next_due is None else next_due) - self._clock()
                 if wait_ms > 0:
-                    await asyncio.sleep(wait_ms / 1000)
-                if item.timer_id in window.removed:
+                    await window.wait(wait_ms / 1000)  # an earlier timer offered meanwhile cuts it short
                     continue
-                timer = StoredTimer.FromString(item.value)
+                if next_due is None:
+                    break  # the second is over: a timer offered from now on is the next tick's
+                taken = window.pop()
+                if taken is None:
+                    continue  # cancelled or replaced meanwhile
+                key, value = taken
+                timer = StoredTimer.FromString(value)
                 fired_ms = self._clock()
                 self.dispatch.produce_callback(timer, fired_ms, deliveries, len(sent), topics)
-                window.sent.add(item.timer_id)
-                sent.append((partition, item, timer, fired_ms))
+                window.sent.add(key)
+                sent.append((key, timer, fired_ms))
+            window.closing = True
             await self._writer.flush()
             async with self._lock:
                 if not self._owns(partition):
                     return  # the new owner re-sends them: at least once
                 outcome = self.dispatch.settle(
-                    [(p, t) for p, _, t, _ in sent], deliveries, [f for *_, f in sent]
+                    [(partition, timer) for _, timer, _ in sent], deliveries, [f for *_, f in sent]
                 )
                 await self.dispatch.deliver_dead_letters(outcome)
                 part = _Changes()
                 for i in outcome.done:
-                    if sent[i][1].timer_id not in window.removed:
-                        part.records.append((sent[i][1].key, None))
+                    if sent[i][0] not in window.removed:
+                        part.records.append((sent[i][0], None))
                         part.pending_delta -= 1
                 # Transient failures stay in the table: the next tick's scan retries them.
                 await self._commit({partition: part})
         finally:
-            self._windows.close(partition, window)
+            window.closing = True
+            self._windows.close(window)
 
     # -- table writes ----------------------------------------------------------
 

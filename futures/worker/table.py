@@ -71,6 +71,11 @@ def table_key(due_ms: int, timer_id: str) -> bytes:
     return TIMER_PREFIX + timer_key(due_ms, timer_id)
 
 
+def due_of_key(key: bytes) -> int:
+    """The due time (epoch ms) in a timer's table key."""
+    return int(_U64.unpack_from(key, len(TIMER_PREFIX))[0])
+
+
 def progress_record(watermark: int, request_offset: int) -> Record:
     """The record that closes a changelog write: watermark (epoch s) and last applied request offset."""
     return PROGRESS_KEY, _PROGRESS.pack(watermark, request_offset)
@@ -188,15 +193,16 @@ class PartitionTimers:
         ]
 
     def due_items(
-        self, limit_ms: int, max_count: int, after: bytes | None = None
+        self, limit_ms: int, max_count: int, after: bytes | None = None, from_ms: int = 0
     ) -> list[tuple[bytes, bytes]]:
         """What :meth:`due_by` finds, as (table key, ``StoredTimer`` bytes): the fire path's scan.
 
         Every pending timer is due after the watermark (earlier ones were fired
         and deleted), so the scan starts there and never walks the tombstones
-        that firing leaves at the head of the key range.
+        that firing leaves at the head of the key range. ``from_ms``: only timers
+        due at or after it (epoch ms).
         """
-        start_ms = self.watermark * 1000 + 1 if self.watermark >= 0 else 0
+        start_ms = max(self.watermark * 1000 + 1 if self.watermark >= 0 else 0, from_ms)
         start = TIMER_PREFIX + due_prefix(start_ms)
         if after is not None and after >= start:
             start = after + b"\x00"  # the smallest key greater than ``after``

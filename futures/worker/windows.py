@@ -1,73 +1,152 @@
-"""Precise mode's bookkeeping: per partition, the timers being sent at their own millisecond.
+"""Precise mode's bookkeeping: per partition, one window per coming second, sending its timers
+each at its own millisecond.
 
-On tick s the engine takes the timers due by s + 1 into a :class:`Window` and
-sends them one by one as their due millisecond comes (``TimerEngine._send_window``).
-They stay in the table until sent, so a crash re-sends them; a cancel or a new
-version arriving meanwhile takes its timer out of the window (:meth:`Windows.cancel`,
-:meth:`Windows.withdraw`).
+Window ``k`` of a partition holds its timers due in ``((k - 1) · 1000, k · 1000]`` (epoch ms).
+On tick s the engine opens windows s + 1 and s + 2 where they are not open yet, so a window
+is running a second before its first timer is due: a tick that comes late (it waited behind
+ingest, or in the broker) delays none of them. Timers accepted into an open window's second
+after it opened join it (:meth:`Windows.offer`); a cancel or a new version takes its timer
+out (:meth:`Windows.cancel`, :meth:`Windows.withdraw`). Timers stay in the table until sent
+and deleted by their window (``TimerEngine._send_window``), so a crash re-sends them.
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Coroutine, Iterable
+import heapq
+from collections.abc import Callable, Coroutine, Mapping
 from dataclasses import dataclass, field
 from typing import Any
+
+#: A timer for a window: (due epoch ms, table key, ``StoredTimer`` bytes).
+Item = tuple[int, bytes, bytes]
+
+
+def window_of(due_ms: int) -> int:
+    """The window (an epoch second) holding a timer due at ``due_ms``: the second it is due by."""
+    return -(-due_ms // 1000)
 
 
 @dataclass
 class Window:
-    """The timers of one partition due within the next second, being sent one by one."""
+    """The timers of one partition due within one second, sent one by one as each comes due."""
 
-    held: set[str]
-    sent: set[str] = field(default_factory=set)
-    removed: set[str] = field(default_factory=set)  # cancelled or replaced by ingest meanwhile
+    partition: int
+    second: int  # holds the timers due in ((second - 1) · 1000, second · 1000]
+    #: (due ms, table key) of the timers still to send, earliest first; their values in ``values``.
+    heap: list[tuple[int, bytes]] = field(default_factory=list)
+    values: dict[bytes, bytes] = field(default_factory=dict)
+    held: set[bytes] = field(default_factory=set)  # table keys of every timer it took
+    sent: set[bytes] = field(default_factory=set)
+    removed: set[bytes] = field(default_factory=set)  # cancelled or replaced by ingest meanwhile
+    #: Set once the window sent its last timer: a timer offered later is left to the tick's scan.
+    closing: bool = False
     task: asyncio.Task[None] | None = None
+    #: What the sending task is waiting on; an earlier timer offered meanwhile wakes it.
+    waiter: asyncio.Future[None] | None = None
+
+    def add(self, item: Item) -> bool:
+        """Take a timer (a new version replaces a pending one of the same key); True if it
+        is now the earliest to send."""
+        due_ms, key, value = item
+        if key not in self.values:
+            heapq.heappush(self.heap, (due_ms, key))
+        self.values[key] = value
+        self.held.add(key)
+        self.removed.discard(key)  # withdrawn for this very version: it is the one to send
+        return self.heap[0][1] == key
+
+    def next_due(self) -> int | None:
+        """Due time (epoch ms) of the next timer to send, if any."""
+        return self.heap[0][0] if self.heap else None
+
+    def pop(self) -> tuple[bytes, bytes] | None:
+        """The next timer to send, (key, value), or None if it was cancelled or replaced."""
+        _, key = heapq.heappop(self.heap)
+        value = self.values.pop(key, None)
+        if value is None or key in self.removed:
+            return None
+        return key, value
+
+    async def wait(self, seconds: float) -> None:
+        """Sleep ``seconds``, or less if :meth:`Windows.offer` adds an earlier timer meanwhile."""
+        loop = asyncio.get_running_loop()
+        self.waiter = waiter = loop.create_future()
+        timer = loop.call_later(seconds, _wake, waiter)
+        try:
+            await waiter
+        finally:
+            timer.cancel()
+            self.waiter = None
+
+
+def _wake(waiter: asyncio.Future[None]) -> None:
+    if not waiter.done():
+        waiter.set_result(None)
 
 
 SendFn = Callable[[Window], Coroutine[Any, Any, None]]
 
 
 class Windows:
-    """The open windows, by partition."""
+    """The open windows, by partition and second."""
 
-    def __init__(self) -> None:
-        self._open: dict[int, Window] = {}
+    def __init__(self, max_timers: int = 20_000) -> None:
+        self._open: dict[tuple[int, int], Window] = {}
+        #: Timers a window takes at most (``TIMERS_FIRE_CHUNK_SIZE``): the rest wait for a tick's scan.
+        self.max_timers = max_timers
 
     def __bool__(self) -> bool:
         return bool(self._open)
 
-    def open(
-        self, partition: int, held: set[str], send: Callable[[Window], Coroutine[Any, Any, None]]
-    ) -> None:
-        """Run ``send(window)`` for the timers ``held``; it must call :meth:`close` when done."""
-        window = Window(held=held)
-        self._open[partition] = window
+    def is_open(self, partition: int, second: int) -> bool:
+        return (partition, second) in self._open
+
+    def open(self, partition: int, second: int, items: list[Item], send: SendFn) -> None:
+        """Run ``send(window)`` for the timers ``items``; it must call :meth:`close` when done."""
+        window = Window(partition, second)
+        for item in items:
+            window.add(item)
+        self._open[(partition, second)] = window
         window.task = asyncio.get_running_loop().create_task(send(window))
 
-    def close(self, partition: int, window: Window) -> None:
-        if self._open.get(partition) is window:
-            del self._open[partition]
+    def close(self, window: Window) -> None:
+        if self._open.get((window.partition, window.second)) is window:
+            del self._open[(window.partition, window.second)]
 
-    async def done(self, partitions: Iterable[int]) -> None:
-        """Wait until the windows of ``partitions`` have sent and deleted their timers."""
-        for partition in partitions:
-            window = self._open.get(partition)
-            if window is not None and window.task is not None:
-                await asyncio.shield(window.task)
+    async def done(self, seconds: Mapping[int, int]) -> None:
+        """Wait until the windows of each partition up to its second in ``seconds`` have sent
+        and deleted their timers (the tick's scan must not find them)."""
+        waiting = [
+            window.task
+            for (partition, second), window in list(self._open.items())
+            if second <= seconds.get(partition, -1) and window.task is not None
+        ]
+        for task in waiting:
+            await asyncio.shield(task)
 
-    def cancel(self, partition: int, timer_id: str) -> bool:
+    def offer(self, partition: int, item: Item) -> None:
+        """A timer just accepted into the table: its window sends it, if that window is open
+        and still sending; otherwise a tick's scan finds it."""
+        due_ms, key, _ = item
+        window = self._open.get((partition, window_of(due_ms)))
+        if window is None or window.closing or key in window.sent or len(window.held) >= self.max_timers:
+            return
+        if window.add(item) and window.waiter is not None:
+            _wake(window.waiter)
+
+    def cancel(self, partition: int, due_ms: int, key: bytes) -> bool:
         """For a cancel: take the timer out of its window; True if it was sent already."""
-        window = self._open.get(partition)
-        if window is None or timer_id not in window.held:
+        window = self._open.get((partition, window_of(due_ms)))
+        if window is None or key not in window.held:
             return False
-        if timer_id in window.sent:
+        if key in window.sent:
             return True
-        window.removed.add(timer_id)
+        window.removed.add(key)
         return False
 
-    def withdraw(self, partition: int, timer_id: str) -> None:
+    def withdraw(self, partition: int, due_ms: int, key: bytes) -> None:
         """For a new version: the window must neither send nor delete the old one."""
-        window = self._open.get(partition)
-        if window is not None and timer_id in window.held:
-            window.removed.add(timer_id)
+        window = self._open.get((partition, window_of(due_ms)))
+        if window is not None and key in window.held:
+            window.removed.add(key)

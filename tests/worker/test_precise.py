@@ -86,3 +86,78 @@ def test_without_precise_mode_timers_wait_for_the_tick(tmp_path: Path) -> None:
         asyncio.run(scenario())
     finally:
         rig.close()
+
+
+def _precise_rig(tmp_path: Path) -> WallClockRig:
+    return WallClockRig(tmp_path, WorkerConfig(common=CommonConfig(kafka=KafkaConfig()), precise=True))
+
+
+async def _early_in_a_second() -> int:
+    while wall_clock_ms() % 1000 > 100:
+        await asyncio.sleep(0.01)
+    return wall_clock_ms() // 1000
+
+
+def _sent(rig: Rig) -> dict[str, list[int]]:
+    sent: dict[str, list[int]] = {}
+    for cb in rig.callbacks():
+        sent.setdefault((cb.header("kt-id") or b"").decode(), []).append(int(cb.header("kt-fired-ms") or 0))
+    return sent
+
+
+def test_a_late_tick_delays_no_timer_the_window_a_second_ahead_holds(tmp_path: Path) -> None:
+    rig = _precise_rig(tmp_path)
+    engine = rig.engine
+
+    async def scenario() -> None:
+        s = await _early_in_a_second()
+        due = {"next-100": (s + 1) * 1000 + 100, "next-400": (s + 1) * 1000 + 400}
+        await engine.ingest([rig.request(i, d) for i, d in due.items()])
+        await engine.advance([rig.tick_record(s)])  # opens windows s + 1 and s + 2
+        # The tick of s + 1 comes 700 ms late (it waited behind ingest, or in the broker).
+        await _sleep_until((s + 1) * 1000 + 700)
+        await engine.advance([rig.tick_record(s + 1)])
+
+        sent = _sent(rig)
+        assert set(sent) == set(due)
+        for timer_id, [fired_ms] in sent.items():
+            assert fired_ms >= due[timer_id], f"{timer_id} early"
+            assert fired_ms - due[timer_id] < 150, f"{timer_id} {fired_ms - due[timer_id]} ms late"
+
+    try:
+        asyncio.run(scenario())
+    finally:
+        rig.close()
+
+
+def test_a_timer_accepted_after_its_window_opened_joins_it_and_a_new_version_replaces_it(
+    tmp_path: Path,
+) -> None:
+    rig = _precise_rig(tmp_path)
+    engine = rig.engine
+
+    async def scenario() -> None:
+        s = await _early_in_a_second()
+        base = s * 1000
+        await engine.ingest([rig.request("moved", base + 500)])
+        await engine.advance([rig.tick_record(s - 1)])  # opens windows s and s + 1
+
+        await _sleep_until(base + 200)
+        # 400 ms ahead: its window is open already, it joins it. "moved" gets a new due time.
+        await engine.ingest([rig.request("short-lead", base + 600), rig.request("moved", base + 800)])
+        await _sleep_until(base + 1050)
+        await engine.advance([rig.tick_record(s)])
+
+        sent = _sent(rig)
+        assert sorted(sent) == ["moved", "short-lead"]
+        assert len(sent["moved"]) == 1, "the replaced version was sent too"
+        for timer_id, due in (("short-lead", base + 600), ("moved", base + 800)):
+            [fired_ms] = sent[timer_id]
+            assert fired_ms >= due, f"{timer_id} early"
+            assert fired_ms - due < 150, f"{timer_id} {fired_ms - due} ms late (left for the tick?)"
+        assert rig.pending_ids() == []
+
+    try:
+        asyncio.run(scenario())
+    finally:
+        rig.close()
