@@ -8,11 +8,11 @@ through :meth:`TimerStore.partition` in bulk, bypassing Faust's one-record-at-a-
 
 Registered as the Faust store ``timers://local`` through the ``faust.stores`` entry point.
 
-A worker restarted on its data dir opens the tables it finds there as it starts
-(:meth:`TimerStore.open_found`, in a thread), while its consumer waits for the
-group to answer its join, instead of after the assignment: opening RocksDB
-replays what the dead process left in its write-ahead log, which otherwise
-stood between the assignment and the first timer fired again.
+A worker restarted on its data dir opens the tables it finds there while its
+consumer waits for the group to answer its join (:meth:`TimerStore.open_found`,
+in a thread), instead of after the assignment: opening RocksDB replays what the
+dead process left in its write-ahead log, which otherwise stood between the
+assignment and the first timer fired again.
 """
 
 from __future__ import annotations
@@ -35,6 +35,11 @@ log = logging.getLogger(__name__)
 
 #: A partition's table directory under the store's directory.
 _TABLE_DIR = re.compile(r"partition-(\d+)\.db")
+#: How long after the store starts :meth:`TimerStore.open_found` begins (seconds).
+#: Opening a RocksDB table holds the GIL (~20-30 ms each, measured), which would
+#: hold back the consumer thread's JoinGroup, sent a few ms after the store starts;
+#: Tansu then holds that join for 3 s, half the session timeout, while the tables open.
+OPEN_FOUND_AFTER_S = 0.25
 
 
 class TimerStore(SerializedStore):
@@ -56,6 +61,8 @@ class TimerStore(SerializedStore):
         #: Held while a table is opened: never two RocksDB handles on one directory.
         self._opening = threading.Lock()
         self._opening_found: asyncio.Future[list[int]] | None = None
+        #: Set once :meth:`open_found` began: from then on it is waited for, never cancelled.
+        self._found_began = False
 
     # -- what the engine uses -------------------------------------------------
 
@@ -87,6 +94,7 @@ class TimerStore(SerializedStore):
         closed at the assignment (:meth:`on_rebalance`). A table that fails to
         open here is opened again when assigned, where the error stops the worker.
         """
+        self._found_began = True
         directory = self.directory
         found = sorted(
             int(m.group(1))
@@ -110,11 +118,22 @@ class TimerStore(SerializedStore):
         return opened
 
     async def _adopt_found(self) -> None:
-        """Wait for :meth:`open_found` started with the store; its tables become the store's."""
+        """Wait for :meth:`open_found` started with the store; its tables become the store's.
+
+        If it has not begun (the assignment came first: a broker that answers a
+        join at once), it is called off and tables are opened when first used.
+        """
         if self._opening_found is not None:
             opening, self._opening_found = self._opening_found, None
+            called_off = not self._found_began
+            if called_off:
+                opening.cancel()
             try:
                 partitions = await opening
+            except asyncio.CancelledError:
+                if not called_off:
+                    raise  # we were cancelled ourselves
+                partitions = []
             except Exception as exc:  # noqa: BLE001 - only a restart's speed depends on it
                 log.warning("opening the tables found in the data dir failed: %r", exc)
             else:
@@ -164,8 +183,12 @@ class TimerStore(SerializedStore):
 
     async def on_start(self) -> None:
         await super().on_start()
-        # Started with the worker, before its consumer joins the group (see open_found).
-        self._opening_found = asyncio.ensure_future(self.open_found())
+        # Started with the worker, once its consumer sent its JoinGroup (see open_found).
+        self._opening_found = asyncio.ensure_future(self._open_found_soon())
+
+    async def _open_found_soon(self) -> list[int]:
+        await asyncio.sleep(OPEN_FOUND_AFTER_S)
+        return await self.open_found()
 
     def persisted_offset(self, tp: TP) -> int | None:
         return self.partition(tp.partition).persisted_offset

@@ -62,3 +62,24 @@ def test_a_restarted_worker_opens_the_tables_it_finds_before_its_assignment(tmp_
     # ...and the one not assigned again was closed at the assignment.
     PartitionTimers(after.directory / "partition-2.db").close()
     asyncio.run(after.stop())
+
+
+def test_an_assignment_before_the_found_tables_are_opened_opens_them_when_used(tmp_path: Path) -> None:
+    # A broker that answers the join at once: the worker does not wait to open what it found.
+    config = WorkerConfig.from_env(
+        {"KAFKA_BOOTSTRAP_SERVERS": "127.0.0.1:1", "TIMERS_DATA_DIR": str(tmp_path), "TIMERS_APP_ID": "t"}
+    )
+    changelog = config.changelog_topic
+    before = create_app(config, partitions=4).store
+    asyncio.run(before.on_rebalance({TP(changelog, 0)}, set(), {TP(changelog, 0)}))
+    before.partition(0).apply([progress_record(1_800_000_000, 40)], offset=0)
+    asyncio.run(before.stop())
+    after = create_app(config, partitions=4).store
+
+    async def restart() -> None:
+        await after.on_start()
+        await after.on_rebalance({TP(changelog, 0)}, set(), {TP(changelog, 0)})
+
+    asyncio.run(restart())
+    assert {p: t.request_offset for p, t in after.open_partitions().items()} == {0: 40}
+    asyncio.run(after.stop())
