@@ -387,7 +387,7 @@ def load() -> str:
 
 
 def write_report(
-    path: Path, broker: Broker, settings: str, rounds: list[Round], command: str, load_before: str
+    path: Path, broker: Broker, settings: str, rounds: list[Round], command: str, loads: tuple[str, str]
 ) -> None:
     text = path.read_text() if path.exists() else ""
     begin, end = "<!-- failover:begin -->", "<!-- failover:end -->"
@@ -395,9 +395,9 @@ def write_report(
         [
             begin,
             f"Measured by `{command}` on {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}: "
-            f"{broker.describe()}, {PARTITIONS} partitions, one timer due every "
+            f"{broker.describe(address=False)}, {PARTITIONS} partitions, one timer due every "
             f"{EVERY_S * 1000:.0f} ms in every partition, group timeouts {settings}; "
-            f"load average before the run {load_before} ({os.cpu_count()} cores).",
+            f"load average {loads[0]} before the run, {loads[1]} after ({os.cpu_count()} cores).",
             "",
             *table(rounds),
             "",
@@ -433,7 +433,8 @@ def main(argv: list[str] | None = None) -> int:
     worker_env = {k: os.environ.get(k) or f"{v:g}" for k, v in zip(GROUP_ENV, defaults, strict=True)}
     # SIGTERM stops the workers, the oscillator and the broker too.
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(1))
-    command = "python -m bench.failover " + " ".join(argv if argv is not None else sys.argv[1:])
+    # What was measured; --out and --work only say where results go.
+    command = f"python -m bench.failover --rounds {args.rounds}" + (" --dynamic" if args.dynamic else "")
     load_before = load()
     with ExitStack() as stack:
         broker = stack.enter_context(open_broker(work))
@@ -454,7 +455,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"failover: {exc}; logs in {work}", file=sys.stderr)
             return 1
     print("\n".join([*table(rounds), "", *steps_table(rounds)]))
-    write_report(args.out, broker, settings, rounds, command.strip(), load_before)
+    write_report(args.out, broker, settings, rounds, command, (load_before, load()))
     print(f"written to {args.out}; logs in {work}")
     return 0
 
