@@ -63,6 +63,8 @@ class TimerStore(SerializedStore):
         self._opening_found: asyncio.Future[list[int]] | None = None
         #: Set once :meth:`open_found` began: from then on it is waited for, never cancelled.
         self._found_began = False
+        #: Set at the assignment: :meth:`open_found` stops after the table it is opening.
+        self._found_enough = False
 
     # -- what the engine uses -------------------------------------------------
 
@@ -107,7 +109,9 @@ class TimerStore(SerializedStore):
         opened = []
         for partition in partitions:
             with self._opening:
-                if partition in self._partitions or partition in self._found or self.should_stop:
+                if self._found_enough or self.should_stop:
+                    break
+                if partition in self._partitions or partition in self._found:
                     continue
                 try:
                     self._found[partition] = PartitionTimers(self._table_path(partition))
@@ -121,11 +125,14 @@ class TimerStore(SerializedStore):
         """Wait for :meth:`open_found` started with the store; its tables become the store's.
 
         If it has not begun (the assignment came first: a broker that answers a
-        join at once), it is called off and tables are opened when first used.
+        join at once), it is called off; if it has, it stops after the table it
+        is opening (many partitions in the data dir would otherwise keep the
+        assignment waiting). Tables it did not open are opened when first used.
         """
         if self._opening_found is not None:
             opening, self._opening_found = self._opening_found, None
             called_off = not self._found_began
+            self._found_enough = True
             if called_off:
                 opening.cancel()
             try:
@@ -133,7 +140,6 @@ class TimerStore(SerializedStore):
             except asyncio.CancelledError:
                 if not called_off:
                     raise  # we were cancelled ourselves
-                partitions = []
             except Exception as exc:  # noqa: BLE001 - only a restart's speed depends on it
                 log.warning("opening the tables found in the data dir failed: %r", exc)
             else:
