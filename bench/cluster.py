@@ -55,9 +55,11 @@ class Broker:
     def bootstrap(self) -> str:
         return self.env["KAFKA_BOOTSTRAP_SERVERS"]
 
-    def describe(self) -> str:
+    def describe(self, address: bool = True) -> str:
+        """What the broker is; ``address=False`` leaves out the embedded one's port (random each run)."""
         if self.embedded is not None:
-            return f"embedded Tansu on {self.bootstrap} (memory storage)"
+            where = f" on {self.bootstrap}" if address else ""
+            return f"embedded Tansu{where} (memory storage)"
         return f"external cluster at {self.bootstrap} (profile {self.env['TIMERS_BROKER_PROFILE']})"
 
     def rss_bytes(self) -> int | None:

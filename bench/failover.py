@@ -13,7 +13,9 @@ oscillator and timers due every 100 ms in every partition:
 A partition is back when it fires again; the table gives the worst partition of
 each round (median and max over the rounds), and the best. Group timeouts are
 the worker's (its profile's unless ``TIMERS_SESSION_TIMEOUT_S`` and friends are
-set here: they are passed on), so the figures say which were measured.
+set here: they are passed on), so the figures say which were measured. A second
+table says where the time went: when the worker that takes over logged each step
+(:data:`STEPS`), in milliseconds after the kill.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import signal
 import statistics
 import subprocess
@@ -31,6 +34,7 @@ import uuid
 from collections.abc import Iterator, Mapping
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
+from datetime import datetime
 from pathlib import Path
 
 from confluent_kafka import OFFSET_END, Consumer, TopicPartition
@@ -52,9 +56,52 @@ BACK_TIMEOUT_S = 90.0  # longest a partition may stay silent before the round fa
 #: Variables passed on to the workers: the group settings being measured.
 GROUP_ENV = ("TIMERS_SESSION_TIMEOUT_S", "TIMERS_HEARTBEAT_S", "TIMERS_REBALANCE_TIMEOUT_S")
 
+#: The steps of a round, in order, as the log of the worker that takes over shows
+#: them (Faust's and aiokafka's own lines): (step, what the line contains).
+STEPS: dict[str, tuple[tuple[str, str], ...]] = {
+    "takeover": (
+        (
+            "the dead member dropped (the survivor told at its heartbeat)",
+            r"Heartbeat failed for group .* rebalancing",
+        ),
+        ("JoinGroup answered", r"Joined group"),
+        ("its tables recovered", r"Worker ready"),
+    ),
+    "restart": (
+        ("the new process logging (interpreter, imports, app build)", r"\[\^Worker\]: Starting"),
+        ("JoinGroup sent", r"\(Re-\)joining group"),
+        ("JoinGroup answered", r"Joined group"),
+        ("its tables recovered", r"Worker ready"),
+    ),
+}
+LAST_STEP = "first callback fired in every partition"
+#: How Faust's log lines start: ``[2026-11-24 03:14:50,762]`` (local time).
+_LOG_TIME = re.compile(r"\[(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3})\]")
+
 
 def now_ms() -> int:
     return time.time_ns() // 1_000_000
+
+
+def clock(epoch_ms: int) -> str:
+    """``epoch_ms`` as the workers' logs show time (UTC, milliseconds): to line a round up with them."""
+    return time.strftime("%H:%M:%S", time.gmtime(epoch_ms / 1000)) + f".{epoch_ms % 1000:03d}"
+
+
+def log_steps(log: Path, kind: str, since_ms: int) -> dict[str, int]:
+    """Milliseconds from ``since_ms`` (epoch) to the first line of each step in a worker's log."""
+    found: dict[str, int] = {}
+    for line in log.read_text(errors="replace").splitlines():
+        stamp = _LOG_TIME.match(line)
+        if stamp is None:
+            continue
+        at_ms = round(datetime.strptime(stamp.group(1), "%Y-%m-%d %H:%M:%S,%f").timestamp() * 1000)
+        if at_ms < since_ms:
+            continue
+        for step, pattern in STEPS[kind]:
+            if step not in found and re.search(pattern, line):
+                found[step] = at_ms - since_ms
+    return found
 
 
 def readiness(port: int) -> tuple[str, list[int]]:
@@ -233,6 +280,12 @@ class Round:
     kind: str
     partitions: list[int]
     back_ms: dict[int, int]
+    #: ms after the kill of each step (:data:`STEPS`) the worker taking over logged.
+    steps: dict[str, int] = field(default_factory=dict)
+
+    def progress(self, n: int, killed_ms: int, who: str = "") -> str:
+        steps = ", ".join(f"{ms / 1000:.2f}" for ms in self.steps.values())
+        return f"  {self.kind} {n}: {self.worst_s:.2f}s ({who}killed at {clock(killed_ms)}; steps {steps})"
 
     @property
     def worst_s(self) -> float:
@@ -254,8 +307,10 @@ def takeover_rounds(inst: Instance, timers: Timers, rounds: int) -> list[Round]:
         held = set(victim.held())
         killed = inst.kill(victim)
         first = timers.first_fired_after(killed, held, BACK_TIMEOUT_S, [survivor])
-        results.append(Round("takeover", sorted(held), {p: t - killed for p, t in first.items()}))
-        print(f"  takeover {n + 1}: {results[-1].worst_s:.1f}s ({victim.name} killed)", flush=True)
+        assert survivor.child is not None  # noqa: S101 - started before
+        steps = log_steps(survivor.child.log, "takeover", killed)
+        results.append(Round("takeover", sorted(held), {p: t - killed for p, t in first.items()}, steps))
+        print(results[-1].progress(n + 1, killed, f"{victim.name} "), flush=True)
         inst.start_worker(victim)
     return results
 
@@ -274,8 +329,10 @@ def restart_rounds(inst: Instance, timers: Timers, rounds: int) -> list[Round]:
         inst.start_worker(a)
         everything = set(range(PARTITIONS))
         first = timers.first_fired_after(killed, everything, BACK_TIMEOUT_S, [a])
-        results.append(Round("restart", sorted(everything), {p: t - killed for p, t in first.items()}))
-        print(f"  restart {n + 1}: {results[-1].worst_s:.1f}s", flush=True)
+        assert a.child is not None  # noqa: S101 - started above
+        steps = log_steps(a.child.log, "restart", killed)
+        results.append(Round("restart", sorted(everything), {p: t - killed for p, t in first.items()}, steps))
+        print(results[-1].progress(n + 1, killed), flush=True)
     return results
 
 
@@ -306,12 +363,31 @@ def table(rounds: list[Round]) -> list[str]:
     return lines
 
 
+def steps_table(rounds: list[Round]) -> list[str]:
+    """Seconds after the kill at which each step was logged: median and range over the rounds, per kind."""
+    lines = ["| round | step | seconds after the SIGKILL (median) | range |", "|---|---|---|---|"]
+    for kind, steps in STEPS.items():
+        mine = [r for r in rounds if r.kind == kind]
+        if not mine:
+            continue
+        for step in [*(name for name, _ in steps), LAST_STEP]:
+            values = [r.worst_s * 1000 if step == LAST_STEP else r.steps.get(step) for r in mine]
+            known = [v / 1000 for v in values if v is not None]
+            if len(known) < len(mine):  # a line not found in some round's log: no median to show
+                lines.append(f"| {kind} | {step} | — | |")
+                continue
+            lines.append(
+                f"| {kind} | {step} | {statistics.median(known):.2f} | {min(known):.2f}–{max(known):.2f} |"
+            )
+    return lines
+
+
 def load() -> str:
     return ", ".join(f"{x:.2f}" for x in os.getloadavg())
 
 
 def write_report(
-    path: Path, broker: Broker, settings: str, rounds: list[Round], command: str, load_before: str
+    path: Path, broker: Broker, settings: str, rounds: list[Round], command: str, loads: tuple[str, str]
 ) -> None:
     text = path.read_text() if path.exists() else ""
     begin, end = "<!-- failover:begin -->", "<!-- failover:end -->"
@@ -319,11 +395,13 @@ def write_report(
         [
             begin,
             f"Measured by `{command}` on {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}: "
-            f"{broker.describe()}, {PARTITIONS} partitions, one timer due every "
+            f"{broker.describe(address=False)}, {PARTITIONS} partitions, one timer due every "
             f"{EVERY_S * 1000:.0f} ms in every partition, group timeouts {settings}; "
-            f"load average before the run {load_before} ({os.cpu_count()} cores).",
+            f"load average {loads[0]} before the run, {loads[1]} after ({os.cpu_count()} cores).",
             "",
             *table(rounds),
+            "",
+            *steps_table(rounds),
             end,
         ]
     )
@@ -355,7 +433,8 @@ def main(argv: list[str] | None = None) -> int:
     worker_env = {k: os.environ.get(k) or f"{v:g}" for k, v in zip(GROUP_ENV, defaults, strict=True)}
     # SIGTERM stops the workers, the oscillator and the broker too.
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(1))
-    command = "python -m bench.failover " + " ".join(argv if argv is not None else sys.argv[1:])
+    # What was measured; --out and --work only say where results go.
+    command = f"python -m bench.failover --rounds {args.rounds}" + (" --dynamic" if args.dynamic else "")
     load_before = load()
     with ExitStack() as stack:
         broker = stack.enter_context(open_broker(work))
@@ -375,8 +454,8 @@ def main(argv: list[str] | None = None) -> int:
         except (BenchError, ChildDied, subprocess.SubprocessError) as exc:
             print(f"failover: {exc}; logs in {work}", file=sys.stderr)
             return 1
-    print("\n".join(table(rounds)))
-    write_report(args.out, broker, settings, rounds, command.strip(), load_before)
+    print("\n".join([*table(rounds), "", *steps_table(rounds)]))
+    write_report(args.out, broker, settings, rounds, command, (load_before, load()))
     print(f"written to {args.out}; logs in {work}")
     return 0
 

@@ -88,9 +88,12 @@ class ProfileSettings:
     The cluster timeouts are set for failover in seconds: a SIGKILLed worker is
     noticed after the session timeout (6 s, the least a stock Kafka broker accepts:
     ``group.min.session.timeout.ms``), the survivors hear of it at their next
-    heartbeat (1 s), and a survivor stuck in its revocation is expelled after the
+    heartbeat (0.5 s), and a survivor stuck in its revocation is expelled after the
     rebalance timeout (20 s) rather than holding the whole group. Heartbeats run in
-    Faust's consumer thread, not in the event loop that fires timers.
+    Faust's consumer thread, not in the event loop that fires timers. A shorter
+    heartbeat loosens nothing: a member is still expelled only after 6 s without
+    one (12 missed at 0.5 s, 6 at 1 s); it costs a broker two small requests a
+    second per worker, and takes up to 0.5 s off a takeover.
     """
 
     session_timeout_s: float
@@ -113,7 +116,7 @@ class ProfileSettings:
             )
         return cls(
             session_timeout_s=6.0,
-            heartbeat_s=1.0,
+            heartbeat_s=0.5,
             rebalance_timeout_s=20.0,
             replication_factor=3,
             short_fetch_wait=False,

@@ -64,7 +64,7 @@ WORKER_ENV: tuple[EnvVar, ...] = (
     EnvVar("TIMERS_ADMIN_STALL_AFTER_S", "5", "a partition's clock this far behind shows red, seconds"),
     EnvVar("TIMERS_INSTANCE_ID", f"{NO_DEFAULT} (dynamic membership)", "static member name: the pod name"),
     EnvVar("TIMERS_SESSION_TIMEOUT_S", "6 (embedded: 6)", "consumer group session timeout, seconds"),
-    EnvVar("TIMERS_HEARTBEAT_S", "1 (embedded: 0.5)", "heartbeat interval, seconds"),
+    EnvVar("TIMERS_HEARTBEAT_S", "0.5", "heartbeat interval, seconds"),
     EnvVar("TIMERS_REBALANCE_TIMEOUT_S", "20 (embedded: 6)", "rebalance timeout, seconds"),
 )
 

@@ -7,12 +7,20 @@ through :meth:`TimerStore.partition` in bulk, bypassing Faust's one-record-at-a-
 ``Table.__setitem__`` path (see ../shared/STACK.md: that path caps near 2 k/s).
 
 Registered as the Faust store ``timers://local`` through the ``faust.stores`` entry point.
+
+A worker restarted on its data dir opens the tables it finds there while its
+consumer waits for the group to answer its join (:meth:`TimerStore.open_found`,
+in a thread), instead of after the assignment: opening RocksDB replays what the
+dead process left in its write-ahead log, which otherwise stood between the
+assignment and the first timer fired again.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import re
+import threading
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
@@ -24,6 +32,14 @@ from faust.types import TP, EventT
 from futures.worker.table import PartitionTimers, Record
 
 log = logging.getLogger(__name__)
+
+#: A partition's table directory under the store's directory.
+_TABLE_DIR = re.compile(r"partition-(\d+)\.db")
+#: How long after the store starts :meth:`TimerStore.open_found` begins (seconds).
+#: Opening a RocksDB table holds the GIL (~20-30 ms each, measured), which would
+#: hold back the consumer thread's JoinGroup, sent a few ms after the store starts;
+#: Tansu then holds that join for 3 s, half the session timeout, while the tables open.
+OPEN_FOUND_AFTER_S = 0.25
 
 
 class TimerStore(SerializedStore):
@@ -40,6 +56,15 @@ class TimerStore(SerializedStore):
         #: Held by the engine while it mutates tables; a rebalance takes it before
         #: closing a revoked partition, so no write is cut in half.
         self.lock = asyncio.Lock()
+        #: Tables :meth:`open_found` opened before the assignment, not yet handed over.
+        self._found: dict[int, PartitionTimers] = {}
+        #: Held while a table is opened: never two RocksDB handles on one directory.
+        self._opening = threading.Lock()
+        self._opening_found: asyncio.Future[list[int]] | None = None
+        #: Set once :meth:`open_found` began: from then on it is waited for, never cancelled.
+        self._found_began = False
+        #: Set at the assignment: :meth:`open_found` stops after the table it is opening.
+        self._found_enough = False
 
     # -- what the engine uses -------------------------------------------------
 
@@ -51,9 +76,80 @@ class TimerStore(SerializedStore):
         """The timer table of ``partition``, opened on first use."""
         timers = self._partitions.get(partition)
         if timers is None:
-            timers = PartitionTimers(self.directory / f"partition-{partition}.db")
+            with self._opening:
+                timers = self._found.pop(partition, None)
+                if timers is None:
+                    timers = PartitionTimers(self._table_path(partition))
             self._partitions[partition] = timers
         return timers
+
+    def _table_path(self, partition: int) -> Path:
+        return self.directory / f"partition-{partition}.db"
+
+    async def open_found(self) -> list[int]:
+        """Open, in a thread, the tables of every partition found in the data dir; their partitions.
+
+        What this worker held before it restarted: opening them while its
+        consumer waits for the group, rather than once they are assigned again,
+        takes RocksDB's recovery of a killed process's write-ahead log off the
+        path to the first timer fired. Tables that are not assigned again are
+        closed at the assignment (:meth:`on_rebalance`). A table that fails to
+        open here is opened again when assigned, where the error stops the worker.
+        """
+        self._found_began = True
+        directory = self.directory
+        found = sorted(
+            int(m.group(1))
+            for m in (_TABLE_DIR.fullmatch(p.name) for p in directory.glob("partition-*.db"))
+            if m is not None
+        )
+        return await asyncio.to_thread(self._open, found)
+
+    def _open(self, partitions: list[int]) -> list[int]:
+        opened = []
+        for partition in partitions:
+            with self._opening:
+                if self._found_enough or self.should_stop:
+                    break
+                if partition in self._partitions or partition in self._found:
+                    continue
+                try:
+                    self._found[partition] = PartitionTimers(self._table_path(partition))
+                except Exception as exc:  # noqa: BLE001 - retried on assignment, where it is fatal
+                    log.warning("could not open the timer table of partition %d early: %r", partition, exc)
+                    continue
+            opened.append(partition)
+        return opened
+
+    async def _adopt_found(self) -> None:
+        """Wait for :meth:`open_found` started with the store; its tables become the store's.
+
+        If it has not begun (the assignment came first: a broker that answers a
+        join at once), it is called off; if it has, it stops after the table it
+        is opening (many partitions in the data dir would otherwise keep the
+        assignment waiting). Tables it did not open are opened when first used.
+        """
+        if self._opening_found is not None:
+            opening, self._opening_found = self._opening_found, None
+            called_off = not self._found_began
+            self._found_enough = True
+            if called_off:
+                opening.cancel()
+            try:
+                partitions = await opening
+            except asyncio.CancelledError:
+                if not called_off:
+                    raise  # we were cancelled ourselves
+            except Exception as exc:  # noqa: BLE001 - only a restart's speed depends on it
+                log.warning("opening the tables found in the data dir failed: %r", exc)
+            else:
+                if partitions:
+                    log.info("opened the timer tables of partitions %s found in the data dir", partitions)
+        with self._opening:
+            found, self._found = self._found, {}
+        for partition, timers in found.items():
+            if self._partitions.setdefault(partition, timers) is not timers:
+                timers.close()  # cannot happen (both open under _opening); never leak a handle
 
     def open_partitions(self) -> dict[int, PartitionTimers]:
         """The tables of the partitions assigned here.
@@ -91,6 +187,15 @@ class TimerStore(SerializedStore):
 
     # -- Faust's recovery protocol -------------------------------------------
 
+    async def on_start(self) -> None:
+        await super().on_start()
+        # Started with the worker, once its consumer sent its JoinGroup (see open_found).
+        self._opening_found = asyncio.ensure_future(self._open_found_soon())
+
+    async def _open_found_soon(self) -> list[int]:
+        await asyncio.sleep(OPEN_FOUND_AFTER_S)
+        return await self.open_found()
+
     def persisted_offset(self, tp: TP) -> int | None:
         return self.partition(tp.partition).persisted_offset
 
@@ -123,6 +228,7 @@ class TimerStore(SerializedStore):
     ) -> None:
         self.ready = False
         changelog = self.table.changelog_topic.topics
+        await self._adopt_found()
         async with self.lock:
             self._owned = {tp.partition for tp in assigned if tp.topic in changelog}
             # Close what went elsewhere (also tables Faust opened only to read
@@ -149,13 +255,16 @@ class TimerStore(SerializedStore):
         raise NotImplementedError("the changelog is the backup: a lost table is rebuilt from it")
 
     def reset_state(self) -> None:
-        for timers in self._partitions.values():
+        with self._opening:
+            found, self._found = self._found, {}
+        for timers in [*self._partitions.values(), *found.values()]:
             timers.destroy()
         self._partitions.clear()
 
     async def stop(self) -> None:
         # Faust stops tables before agents: wait for the engine step in progress,
         # and own nothing afterwards, so no later step touches a closed table.
+        await self._adopt_found()
         async with self.lock:
             self._owned = set()
             for timers in self._partitions.values():

@@ -108,7 +108,7 @@ def test_profiles_differ_as_documented() -> None:
     # STACK.md quirk 4); on a cluster, a dead worker is noticed within Kafka's
     # smallest default session (6 s) and its partitions move within 10 s.
     assert (embedded.session_timeout_s, embedded.heartbeat_s, embedded.rebalance_timeout_s) == (6.0, 0.5, 6.0)
-    assert (cluster.session_timeout_s, cluster.heartbeat_s, cluster.rebalance_timeout_s) == (6.0, 1.0, 20.0)
+    assert (cluster.session_timeout_s, cluster.heartbeat_s, cluster.rebalance_timeout_s) == (6.0, 0.5, 20.0)
     # Tansu breaks static members' groups; Kafka keeps a restarted member's partitions.
     assert cluster.static_membership and not embedded.static_membership
     # The changelog workaround for Tansu's ListOffsets (quirk 1) stays off on a real cluster.

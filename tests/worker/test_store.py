@@ -5,11 +5,12 @@ from __future__ import annotations
 import asyncio
 from pathlib import Path
 
+import pytest
 from faust.types import TP
 
 from futures.worker.app import create_app
 from futures.worker.config import WorkerConfig
-from futures.worker.table import progress_record
+from futures.worker.table import PartitionTimers, progress_record
 
 
 def test_resume_positions_follow_the_tables_progress(tmp_path: Path) -> None:
@@ -30,3 +31,55 @@ def test_resume_positions_follow_the_tables_progress(tmp_path: Path) -> None:
     everything = assigned | {TP(request, 2)}
     assert store.resume_positions(everything) == {TP(request, 0): 42}
     store.reset_state()
+
+
+def test_a_restarted_worker_opens_the_tables_it_finds_before_its_assignment(tmp_path: Path) -> None:
+    config = WorkerConfig.from_env(
+        {"KAFKA_BOOTSTRAP_SERVERS": "127.0.0.1:1", "TIMERS_DATA_DIR": str(tmp_path), "TIMERS_APP_ID": "t"}
+    )
+    changelog = config.changelog_topic
+    before = create_app(config, partitions=4).store
+    held = {TP(changelog, p) for p in (0, 1, 2)}
+    asyncio.run(before.on_rebalance(held, set(), held))
+    for p in (0, 1, 2):
+        before.partition(p).apply([progress_record(1_800_000_000, 40 + p)], offset=p)
+    asyncio.run(before.stop())
+
+    after = create_app(config, partitions=4).store
+
+    async def restart() -> list[int]:
+        found = await after.open_found()  # what the store starts while the consumer joins
+        # Held open from now on: RocksDB refuses a second handle on the same table.
+        with pytest.raises(Exception, match="lock"):
+            PartitionTimers(after.directory / "partition-0.db")
+        assigned = {TP(changelog, 0), TP(changelog, 1)}
+        await after.on_rebalance(assigned, set(), assigned)
+        return found
+
+    assert asyncio.run(restart()) == [0, 1, 2]
+    # The tables opened early are the ones the worker fires from, state intact...
+    assert {p: t.request_offset for p, t in after.open_partitions().items()} == {0: 40, 1: 41}
+    # ...and the one not assigned again was closed at the assignment.
+    PartitionTimers(after.directory / "partition-2.db").close()
+    asyncio.run(after.stop())
+
+
+def test_an_assignment_before_the_found_tables_are_opened_opens_them_when_used(tmp_path: Path) -> None:
+    # A broker that answers the join at once: the worker does not wait to open what it found.
+    config = WorkerConfig.from_env(
+        {"KAFKA_BOOTSTRAP_SERVERS": "127.0.0.1:1", "TIMERS_DATA_DIR": str(tmp_path), "TIMERS_APP_ID": "t"}
+    )
+    changelog = config.changelog_topic
+    before = create_app(config, partitions=4).store
+    asyncio.run(before.on_rebalance({TP(changelog, 0)}, set(), {TP(changelog, 0)}))
+    before.partition(0).apply([progress_record(1_800_000_000, 40)], offset=0)
+    asyncio.run(before.stop())
+    after = create_app(config, partitions=4).store
+
+    async def restart() -> None:
+        await after.on_start()
+        await after.on_rebalance({TP(changelog, 0)}, set(), {TP(changelog, 0)})
+
+    asyncio.run(restart())
+    assert {p: t.request_offset for p, t in after.open_partitions().items()} == {0: 40}
+    asyncio.run(after.stop())

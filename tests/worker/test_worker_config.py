@@ -75,7 +75,7 @@ def test_empty_environment_gives_the_documented_defaults():
 
 def test_group_timeouts_default_to_the_broker_profile():
     # A dead worker's partitions move within 10 s on a cluster (see docs/FAILOVER.md).
-    assert WorkerConfig.from_env({}).group_timeouts == (6.0, 1.0, 20.0)
+    assert WorkerConfig.from_env({}).group_timeouts == (6.0, 0.5, 20.0)
     embedded = {"TIMERS_BROKER_PROFILE": "embedded"}
     assert WorkerConfig.from_env(embedded).group_timeouts == (6.0, 0.5, 6.0)
     # One setting overrides its own value only.
@@ -127,7 +127,7 @@ def test_static_membership_and_timeouts_reach_the_consumer_group(tmp_path):
     assert conf.consumer_group_instance_id == "timers-worker-0"
     assert (conf.broker_session_timeout, conf.broker_heartbeat_interval, conf.broker_rebalance_timeout) == (
         6.0,
-        1.0,
+        0.5,
         20.0,
     )
     # The embedded broker loses static members' groups: the id is not sent there.
