@@ -420,7 +420,8 @@ def write(runs: Runs, out_dir: Path) -> Path:
         "`KAFKA_BOOTSTRAP_SERVERS=host:9092 make bench`; one quick run: `python -m bench --profile quick`.",
         "",
         "The Spark jobs are measured apart: [compaction speed](bench/jobs.md) (`make bench-jobs`, a "
-        "10 M-record log with 1, 2 and 4 Spark tasks).",
+        "10 M-record log with 1, 2 and 4 Spark tasks). What each timer costs the worker, what was done "
+        "about it and what would close the gaps below: [PERFORMANCE.md](PERFORMANCE.md).",
         "",
         "## Results",
         "",

@@ -58,6 +58,8 @@ log = logging.getLogger(__name__)
 Kind = TimerEvent.Kind
 #: Precise mode: timers staged by ingest between two chances for the sending window to run.
 _WINDOW_YIELD_EVERY = 200
+#: Precise mode: timers a window sends between two settlements (delivery checked, events, deletion).
+_WINDOW_SETTLE_EVERY = 500
 
 
 def wall_clock_ms() -> int:
@@ -418,8 +420,11 @@ class TimerEngine:
         (``window.removed``). Never early: a timer is sent when this worker's clock
         has reached its due time.
         """
-        partition = window.partition
         end_ms = window.second * 1000
+        # Sent timers are settled and deleted a few hundred at a time, beside the sending:
+        # all at once at the end of the second, that work (tens of ms a thousand timers)
+        # would hold up the next window's first timers.
+        settling: list[asyncio.Task[None]] = []
         try:
             deliveries = Deliveries()
             topics: dict[str, KafkaError | None] = {}  # callback topics looked up, for this window
@@ -441,25 +446,38 @@ class TimerEngine:
                 self.dispatch.produce_callback(timer, fired_ms, deliveries, len(sent), topics)
                 window.sent.add(key)
                 sent.append((key, timer, fired_ms))
+                if len(sent) >= _WINDOW_SETTLE_EVERY:
+                    settling.append(asyncio.create_task(self._settle_sent(window, sent, deliveries)))
+                    deliveries, sent = Deliveries(), []
             window.closing = True
-            await self._writer.flush()
-            async with self._lock:
-                if not self._owns(partition):
-                    return  # the new owner re-sends them: at least once
-                outcome = self.dispatch.settle(
-                    [(partition, timer) for _, timer, _ in sent], deliveries, [f for *_, f in sent]
-                )
-                await self.dispatch.deliver_dead_letters(outcome)
-                part = _Changes()
-                for i in outcome.done:
-                    if sent[i][0] not in window.removed:
-                        part.records.append((sent[i][0], None))
-                        part.pending_delta -= 1
-                # Transient failures stay in the table: the next tick's scan retries them.
-                await self._commit({partition: part})
+            if sent:
+                settling.append(asyncio.create_task(self._settle_sent(window, sent, deliveries)))
+            for task in settling:
+                await task  # a failure stops the worker (through the tick that waits for this window)
         finally:
             window.closing = True
             self._windows.close(window)
+
+    async def _settle_sent(
+        self, window: Window, sent: list[tuple[bytes, StoredTimer, int]], deliveries: Deliveries
+    ) -> None:
+        """Once their delivery reports are in, record a window's sent timers and delete them."""
+        partition = window.partition
+        await self._writer.flush()
+        async with self._lock:
+            if not self._owns(partition):
+                return  # the new owner re-sends them: at least once
+            outcome = self.dispatch.settle(
+                [(partition, timer) for _, timer, _ in sent], deliveries, [f for *_, f in sent]
+            )
+            await self.dispatch.deliver_dead_letters(outcome)
+            part = _Changes()
+            for i in outcome.done:
+                if sent[i][0] not in window.removed:
+                    part.records.append((sent[i][0], None))
+                    part.pending_delta -= 1
+            # Transient failures stay in the table: the next tick's scan retries them.
+            await self._commit({partition: part})
 
     # -- table writes ----------------------------------------------------------
 
