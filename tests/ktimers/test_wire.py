@@ -8,9 +8,17 @@ import sys
 from pathlib import Path
 
 import pytest
+from google.protobuf.message import DecodeError
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from ktimers.wire import (
+    KIND_BATCH,
+    KIND_HEADER,
     Future,
+    TimerEvent,
+    TimerEventBatch,
+    decode_events,
     due_prefix,
     encode_second_key,
     parse_second_key,
@@ -145,3 +153,27 @@ def test_seed_future_round_trips_and_reads_the_original_bytes() -> None:
     # What a producer of the original design writes: fields 1-3, length-delimited.
     original = b"\x0a\x06orders" + b"\x12\x08order-42" + b"\x1a\x80\x02" + payload
     assert Future.FromString(original) == seed
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    value=st.one_of(st.none(), st.binary(max_size=300)),
+    kind=st.one_of(st.none(), st.just(KIND_BATCH), st.binary(max_size=8)),
+)
+def test_decode_events_gives_events_or_a_decode_error_for_any_record(
+    value: bytes | None, kind: bytes | None
+) -> None:
+    headers = [] if kind is None else [(KIND_HEADER, kind)]
+    try:
+        events = decode_events(value, headers)
+    except DecodeError:
+        return
+    assert all(isinstance(e, TimerEvent) for e in events)
+
+
+def test_decode_events_reads_a_batch_and_a_single_event_alike() -> None:
+    one = TimerEvent(id="a", kind=TimerEvent.FIRED, partition=2)
+    two = TimerEvent(id="b", kind=TimerEvent.SCHEDULED, partition=2)
+    batch = TimerEventBatch(events=[one, two]).SerializeToString()
+    assert decode_events(batch, [(KIND_HEADER, KIND_BATCH)]) == [one, two]
+    assert decode_events(one.SerializeToString(), None) == [one]
