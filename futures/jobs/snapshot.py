@@ -36,6 +36,8 @@ SNAPSHOT_SCHEMA = (
     "idx int, timestamp_ms long, future binary, due_date string"
 )
 SNAPSHOT_COLUMNS = [c.split()[0] for c in SNAPSHOT_SCHEMA.split(", ")]
+#: Snapshot columns whose values differ from timer to timer.
+_UNIQUE_COLUMNS = ("timer_id", "due_ms", "offset", "timestamp_ms", "future")
 
 
 @dataclass(frozen=True)
@@ -131,9 +133,14 @@ def write_timers(pending: DataFrame, path: str, overwrite: bool = False) -> None
     """The timers of a snapshot, without its manifest: :func:`write_manifest` must follow."""
     mode = "overwrite" if overwrite else "errorifexists"
     try:
-        # One task per due date writes it: a file per day, not one per day and shuffle partition.
-        dated = with_due_date(pending).repartition("due_date")
-        dated.write.mode(mode).partitionBy("due_date").parquet(f"{path}/{TIMERS_DIR}")
+        # Written by the tasks that classified the timers, a file per due date each: gathering a day
+        # into one task would shuffle every pending timer once more and write a busy day alone.
+        writer = with_due_date(pending).write.mode(mode).partitionBy("due_date")
+        for column in _UNIQUE_COLUMNS:
+            # Parquet tries a dictionary for every column until it outgrows a page; for a column
+            # whose values (nearly) never repeat that is a hash lookup a value, for nothing.
+            writer = writer.option(f"parquet.enable.dictionary#{column}", "false")
+        writer.parquet(f"{path}/{TIMERS_DIR}")
     except AnalysisException as exc:
         if "already exists" in str(exc).lower() or "PATH_ALREADY_EXISTS" in str(exc):
             raise SnapshotError(
