@@ -118,8 +118,10 @@ class Manifest:
 
 
 def with_due_date(pending: DataFrame) -> DataFrame:
-    """The snapshot columns, ``due_date`` (UTC, yyyy-MM-dd) derived from ``due_ms``."""
-    dated = pending.withColumn("due_date", F.date_format(F.timestamp_millis(F.col("due_ms")), "yyyy-MM-dd"))
+    """The snapshot columns, ``due_date`` (the UTC day, a directory ``due_date=yyyy-MM-dd``) of ``due_ms``."""
+    # A date, not its text: the writer sorts every task's timers by it, and a date sorts as one
+    # integer where "2026-11-23" shares its first eight bytes with every other day of the month.
+    dated = pending.withColumn("due_date", F.to_date(F.timestamp_millis(F.col("due_ms"))))
     return dated.select(*SNAPSHOT_COLUMNS)
 
 
