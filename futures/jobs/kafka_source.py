@@ -15,6 +15,11 @@ ranges from metadata; ``maxRecordsPerSplit`` cuts long ranges), read by a
 consumer created inside the Spark task, so nothing passes through the driver.
 Columns: :data:`SOURCE_SCHEMA`.
 
+Read into rows of your own: :func:`read_with` runs a picklable function on each
+offset range in a task of its own (:func:`consume_range` gives it the records) and
+takes the Arrow batches it yields; the jobs decode records there, where they are read
+(:mod:`futures.jobs.logs`).
+
 Write: a DataFrame with ``value`` (binary) and optional ``key`` (binary),
 ``headers`` (as read), ``partition`` (int; null = by key) and ``topic``
 (string; else the ``topic`` option)::

@@ -1,7 +1,9 @@
 """The request and event logs as DataFrames: pinned offset ranges, read and decoded.
 
 :func:`plan_log` runs on the driver and touches only metadata; the records are
-read by the Spark tasks (:mod:`futures.jobs.kafka_source`).
+read by the Spark tasks (:mod:`futures.jobs.kafka_source`) and decoded as they
+arrive (:func:`read_requests`, :func:`read_events`): what reaches Spark is the
+columns the jobs use, never the raw records.
 """
 
 from __future__ import annotations
