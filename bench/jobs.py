@@ -27,6 +27,7 @@ from bench.cluster import instance_env
 from bench.joblog import PARTITIONS, fill
 from futures.jobs.compact import CompactOptions, run
 from futures.jobs.config import JobConfig
+from futures.jobs.runner import LOCAL_SHUFFLE_PARTITIONS
 from futures.jobs.session import SparkSettings, build_session
 from ktimers.broker import start_broker
 from ktimers.topics import create_topics
@@ -94,7 +95,8 @@ class Measured:
 
 def measure(config: JobConfig, master: str, broker: int | None) -> Measured:
     """One compaction on ``master``; ``broker``: the pid of an embedded broker, whose CPU is not the job's."""
-    spark = build_session(SparkSettings(master=master, progress=False, shuffle_partitions=8))
+    settings = SparkSettings(master=master, progress=False, shuffle_partitions=LOCAL_SHUFFLE_PARTITIONS)
+    spark = build_session(settings)
     try:
         with tempfile.TemporaryDirectory(prefix="bench-jobs-") as out:
             load_before = os.getloadavg()

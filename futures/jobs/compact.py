@@ -38,7 +38,15 @@ from futures.jobs import snapshot
 from futures.jobs.config import JobConfig
 from futures.jobs.decode import SCHEDULE
 from futures.jobs.errors import JobError, SnapshotError
-from futures.jobs.logs import LogPlan, decode_event_rows, decode_requests, describe, plan_log, read_ranges
+from futures.jobs.logs import (
+    LogPlan,
+    decode_event_rows,
+    decode_requests,
+    describe,
+    plan_log,
+    read_events,
+    read_requests,
+)
 from futures.jobs.offsets import consumer_config
 from futures.jobs.outputs import create_fresh_topic, request_records, write_records
 from futures.jobs.retention import EventLoss, EventsLog, KafkaEventsLog, check_events
@@ -75,8 +83,9 @@ class CompactOptions:
 @dataclass
 class Extracted:
     plan: LogPlan
-    requests: DataFrame  # raw Kafka rows of every request topic
-    events: DataFrame  # raw Kafka rows of `timer-events`
+    requests: DataFrame  # request rows of every request topic (decode.REQUEST_SCHEMA, origin)
+    events: DataFrame  # event rows of `timer-events` (decode.EVENT_SCHEMA)
+    topics: int  # how many request topics
     base: DataFrame | None = None  # the base snapshot's pending timers
     base_manifest: Manifest | None = None
     event_loss: EventLoss | None = None  # events the classification needs that may be gone
@@ -131,8 +140,9 @@ def extract(
     split = options.max_records_per_split
     return Extracted(
         plan=plan,
-        requests=read_ranges(spark, common, plan.requests, split),
-        events=read_ranges(spark, common, plan.events, split),
+        requests=read_requests(spark, common, plan.requests, config.parse_limits(), split),
+        events=read_events(spark, common, plan.events, split),
+        topics=len(common.topics.ingress_formats),
         base=base,
         base_manifest=base_manifest,
         event_loss=event_loss,
@@ -197,17 +207,25 @@ def base_requests(base: DataFrame) -> DataFrame:
 def transform(
     requests: DataFrame, events: DataFrame, limits: ParseLimits, base: DataFrame | None = None
 ) -> Compaction:
-    """Raw request and event rows (and a base snapshot's timers) → classified rows and the pending set.
+    """Raw Kafka rows of the request topics and of `timer-events` (and a base snapshot's timers)
+    → classified rows and the pending set: :func:`compaction` of the rows they decode to."""
+    topics = len(limits.topics.ingress_formats)
+    return compaction(decode_requests(requests, limits), decode_event_rows(events), topics, base)
+
+
+def compaction(
+    requests: DataFrame, events: DataFrame, topics: int = 1, base: DataFrame | None = None
+) -> Compaction:
+    """Request and event rows (as :mod:`futures.jobs.logs` reads them; ``topics``: how many request
+    topics) and a base snapshot's timers → classified rows and the pending set.
 
     Pure: DataFrames in, DataFrames out; nothing is computed until an action.
     """
-    decoded = decode_requests(requests, limits)
     if base is not None:
-        decoded = decoded.unionByName(base_requests(base))
-    decoded_events = decode_event_rows(events)
-    classified = classify(decoded, decoded_events, len(limits.topics.ingress_formats))
+        requests = requests.unionByName(base_requests(base))
+    classified = classify(requests, events, topics)
     pending = classified.filter(F.col("status") == PENDING).select(*SNAPSHOT_COLUMNS[:-1])
-    return Compaction(classified, decoded_events, pending)
+    return Compaction(classified, events, pending)
 
 
 # -- load --------------------------------------------------------------------
@@ -349,8 +367,8 @@ def run(spark: SparkSession, config: JobConfig, options: CompactOptions) -> Comp
     extracted = extract(spark, config, options)
     if options.publish:
         create_fresh_topic(config.common, options.publish, extracted.plan.partitions)
-    compaction = transform(extracted.requests, extracted.events, config.parse_limits(), extracted.base)
-    result = load(compaction, extracted, config, options)
+    compacted = compaction(extracted.requests, extracted.events, extracted.topics, extracted.base)
+    result = load(compacted, extracted, config, options)
     return replace(result, seconds=time.monotonic() - started)
 
 

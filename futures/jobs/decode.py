@@ -1,4 +1,4 @@
-"""Decode Kafka rows into request and event rows, inside Spark tasks (``mapInArrow``).
+"""Decode Kafka records into request and event rows, inside Spark tasks, in Arrow batches.
 
 Requests go through :class:`futures.ingress.requests.RequestParser` (what
 :func:`~futures.ingress.requests.parse_record` uses), the worker's own parser, so the
@@ -7,25 +7,39 @@ jobs and the worker never disagree on what a record means. The parser gets a
 callback-topic allow-list, no payload or due-time limits): what the worker
 refused because of its limits is on `timer-events` as REJECTED, and deciding it
 here from the job's environment could drop a timer the worker accepted.
+
+Records are decoded where they are read (:mod:`futures.jobs.logs`), one Arrow
+batch of finished rows at a time: a record crosses from Python to Spark once, as
+the few columns the classification needs, never as a raw Kafka row to be decoded
+by another Python pass. :class:`RequestDecoder` and :func:`decode_events` decode
+DataFrames of raw Kafka rows (``mapInArrow``) with the same code.
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
-from dataclasses import dataclass
+from collections.abc import Iterable, Iterator, Sequence
 from typing import Any
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
+from confluent_kafka import Message
 
 from futures.ingress.limits import ParseLimits
 from futures.ingress.native import fast_parse
 from futures.ingress.records import SourceRecord
 from futures.ingress.requests import CancelRequest, Request, RequestParser, Schedule
 from ktimers.config import IngressFormat
-from ktimers.wire import KIND_BATCH, KIND_HEADER, TimerEvent, TimerEventBatch
+from ktimers.wire import (
+    KIND_BATCH,
+    KIND_HEADER,
+    KafkaHeaders,
+    TimerEvent,
+    TimerEventBatch,
+    header_value,
+    message_headers,
+)
 
 # Kinds of decoded request rows.
 SCHEDULE = "schedule"
@@ -74,6 +88,181 @@ _EVENT_ARROW = pa.schema(
 )
 
 
+class RequestRows:
+    """Request rows (:data:`REQUEST_SCHEMA`) of records, gathered column by column for one Arrow batch.
+
+    Single Futures and Cancels of the native format, nearly every record of
+    `timer-request`, take :func:`futures.ingress.native.fast_parse`; every other
+    record the parser's full path (:meth:`RequestParser.parse`).
+    """
+
+    def __init__(self, limits: ParseLimits, now_ms: int | None = None) -> None:
+        # The worker clock at ingest only matters to a format that counts from
+        # "now" when a record has no timestamp (the rest use the record's time),
+        # so one parser, at the job's clock, serves every record of a task.
+        self._parser = RequestParser(limits, time.time_ns() // 1_000_000 if now_ms is None else now_ms)
+        self._context = self._parser.context
+        formats = limits.topics.ingress_formats
+        self._native = frozenset(topic for topic, fmt in formats.items() if fmt is IngressFormat.NATIVE)
+        self._columns: list[list[Any]] = [[] for _ in _REQUEST_ARROW]
+
+    def __len__(self) -> int:
+        return len(self._columns[2])
+
+    def add_messages(self, topic: str, partition: int, messages: Iterable[Message]) -> None:
+        """Records of one topic partition as confluent-kafka consumed them (no error events)."""
+        # The loop every record of a compaction goes through: plain locals, no call per record
+        # but the decoding itself.
+        context = self._context
+        native = topic in self._native
+        (topics, partitions, offsets, idxs, stamps, kinds, ids, dues, callbacks, futures,
+         reasons) = (c.append for c in self._columns)  # fmt: skip
+        for msg in messages:
+            # None when a header key is not UTF-8: the record is then judged without its headers,
+            # as the worker's read-back (futures/worker/gaps.py) does.
+            headers = message_headers(msg)
+            kind = header_value(headers, KIND_HEADER) if headers else None
+            value, offset = msg.value(), msg.offset() or 0
+            stamp_type, stamp = msg.timestamp()
+            stamp_ms = stamp if stamp_type and stamp >= 0 else -1
+            found = fast_parse(kind, value, context) if native else None
+            if found is None:
+                self._parse(SourceRecord(topic, partition, offset, msg.key(), value, headers or (), stamp_ms))
+                continue
+            topics(topic)
+            partitions(partition)
+            offsets(offset)
+            idxs(0)
+            stamps(stamp_ms)
+            reasons(None)
+            if isinstance(found, str):
+                kinds(CANCEL)
+                ids(found)
+                dues(None)
+                callbacks(None)
+                futures(None)
+            else:
+                kinds(SCHEDULE)
+                ids(found.id)
+                dues(found.due_ms)
+                callbacks(found.callBackTopic)
+                # fast_parse only answers for a Future that names its id and due_ms: the
+                # value is the normalised Future already, no need to serialize it again.
+                futures(value)
+
+    def add(
+        self,
+        topic: str,
+        partition: int,
+        offset: int,
+        stamp_ms: int,
+        key: bytes | None,
+        value: bytes | None,
+        headers: KafkaHeaders,
+    ) -> None:
+        """One record, field by field; ``stamp_ms``: its timestamp, epoch ms or -1."""
+        kind = header_value(headers, KIND_HEADER)
+        found = fast_parse(kind, value, self._context) if topic in self._native else None
+        if found is None:
+            self._parse(SourceRecord(topic, partition, offset, key, value, headers, stamp_ms))
+        elif isinstance(found, str):
+            self._append((topic, partition, offset, 0, stamp_ms, CANCEL, found, None, None, None, None))
+        else:
+            timer = (found.id, found.due_ms, found.callBackTopic, value)
+            self._append((topic, partition, offset, 0, stamp_ms, SCHEDULE, *timer, None))
+
+    def _parse(self, record: SourceRecord) -> None:
+        for idx, request in enumerate(self._parser.parse(record)):
+            self._append(_row(record, idx, request))
+
+    def _append(self, row: tuple[Any, ...]) -> None:
+        for column, value in zip(self._columns, row, strict=True):
+            column.append(value)
+
+    def batch(self) -> pa.RecordBatch:
+        """The rows gathered so far, as one batch; starts a new one."""
+        batch = pa.RecordBatch.from_arrays(
+            [pa.array(c, f.type) for c, f in zip(self._columns, _REQUEST_ARROW, strict=True)],
+            schema=_REQUEST_ARROW,
+        )
+        self._columns = [[] for _ in _REQUEST_ARROW]
+        return batch
+
+
+def _row(record: SourceRecord, idx: int, request: Request) -> tuple[Any, ...]:
+    where = (record.topic, record.partition, record.offset, idx, record.timestamp_ms)
+    if isinstance(request, Schedule):
+        future = request.timer.future
+        return (*where, SCHEDULE, request.timer_id, request.due_ms, future.callBackTopic,
+                future.SerializeToString(), None)  # fmt: skip
+    if isinstance(request, CancelRequest):
+        return (*where, CANCEL, request.timer_id, None, None, None, None)
+    # A tombstone is counted as such, whatever the format calls it.
+    reason = TOMBSTONE if record.value is None else request.reason
+    return (*where, INVALID, request.timer_id or None, None, None, None, reason)
+
+
+class EventRows:
+    """Event rows (:data:`EVENT_SCHEMA`) of `timer-events` records, gathered for one Arrow batch.
+
+    One row per event: a ``TimerEventBatch`` record (``kt-kind: batch``, as the worker
+    writes them) gives a row for each of its events, a lone ``TimerEvent`` record one.
+    A record that is neither becomes one row of kind ``UNDECODABLE`` (``TOMBSTONE``
+    without a value), counted, never fatal.
+    """
+
+    def __init__(self) -> None:
+        # Kind names by number in a dict (cheaper than Kind.Name, which still says why a number is unknown).
+        self._known = {number: TimerEvent.Kind.Name(number) for number in TimerEvent.Kind.values()}
+        self._rows: list[tuple[Any, ...]] = []
+
+    def __len__(self) -> int:
+        return len(self._rows)
+
+    def add(self, value: bytes | None, record_kind: bytes | None) -> None:
+        """One `timer-events` record: its value and its ``kt-kind`` header (last value, or None)."""
+        if value is None:
+            self._rows.append((None, EVENT_TOMBSTONE, None, None, None, None, None))
+            return
+        known, name = self._known, TimerEvent.Kind.Name
+        try:
+            if record_kind == KIND_BATCH:
+                events: Iterable[TimerEvent] = TimerEventBatch.FromString(value).events
+            else:
+                events = (TimerEvent.FromString(value),)
+            rows = [
+                (
+                    e.id,
+                    known.get(e.kind) or name(e.kind),
+                    e.partition,
+                    e.source_offset,
+                    e.due_ms,
+                    e.at_ms,
+                    e.reason,
+                )
+                for e in events
+            ]
+        except Exception as exc:  # noqa: BLE001 - DecodeError, or an unknown enum value
+            self._rows.append((None, UNDECODABLE, None, None, None, None, f"{exc.__class__.__name__}: {exc}"))
+            return
+        self._rows.extend(rows)
+
+    def batch(self) -> pa.RecordBatch:
+        batch = _batch(self._rows, _EVENT_ARROW)
+        self._rows = []
+        return batch
+
+
+def _batch(rows: Sequence[tuple[Any, ...]], schema: pa.Schema) -> pa.RecordBatch:
+    columns: list[Any] = list(zip(*rows, strict=True)) if rows else [()] * len(schema)
+    return pa.RecordBatch.from_arrays(
+        [pa.array(c, f.type) for c, f in zip(columns, schema, strict=True)], schema=schema
+    )
+
+
+# -- DataFrames of raw Kafka rows (mapInArrow) ------------------------------------
+
+
 def _timestamps_ms(column: pa.Array) -> pa.Array:
     """Kafka timestamps (µs) as epoch ms, -1 where unknown (as :class:`SourceRecord` has them)."""
     micros = column.cast(pa.int64())
@@ -81,177 +270,32 @@ def _timestamps_ms(column: pa.Array) -> pa.Array:
     return pc.if_else(pc.is_null(micros), -1, pa.array(millis, pa.int64()))
 
 
-def _kind_headers(headers: pa.Array) -> list[bytes | None]:
-    """The last ``kt-kind`` header of every row (:func:`~ktimers.wire.header_value`), without
-    turning every row's header list into Python objects: most records have none."""
-    kinds: list[bytes | None] = [None] * len(headers)
-    flat = pc.list_flatten(headers)
-    if len(flat) == 0:
-        return kinds
-    mask = pc.equal(flat.field("key"), KIND_HEADER)
-    rows = pc.filter(pc.list_parent_indices(headers), mask).to_pylist()
-    values = pc.filter(flat.field("value"), mask).to_pylist()
-    for row, value in zip(rows, values, strict=True):
-        kinds[row] = value  # in order: the last one wins
-    return kinds
-
-
-@dataclass(frozen=True)
 class RequestDecoder:
-    """``mapInArrow`` function: Kafka rows (:data:`~futures.jobs.kafka_source.SOURCE_SCHEMA`)
-    of any request topic → :data:`REQUEST_SCHEMA` rows, one per request a record holds.
+    """``mapInArrow`` function: raw Kafka rows (:data:`~futures.jobs.kafka_source.SOURCE_SCHEMA`)
+    of any request topic → :data:`REQUEST_SCHEMA` rows, one per request a record holds."""
 
-    Single Futures and Cancels of the native format, nearly every record of
-    `timer-request`, take :func:`futures.ingress.native.fast_parse`; every other
-    record the parser's full path (:meth:`RequestParser.parse`).
-    """
-
-    limits: ParseLimits
+    def __init__(self, limits: ParseLimits) -> None:
+        self.limits = limits
 
     def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        rows = RequestRows(self.limits)
         for batch in batches:
-            yield self.decode(batch)
-
-    def decode(self, batch: pa.RecordBatch) -> pa.RecordBatch:
-        # The worker clock at ingest only matters to a format that counts from
-        # "now" when a record has no timestamp (the rest use the record's time),
-        # so one parser, at the job's clock, serves the whole batch.
-        parser = RequestParser(self.limits, time.time_ns() // 1_000_000)
-        context = parser.context
-        native = _native_topics(self.limits)
-        topics = batch.column("topic").to_pylist()
-        values = batch.column("value").to_pylist()
-        kinds = _kind_headers(batch.column("headers"))
-        # One row per record: (idx, kind, timer_id, due_ms, callback_topic, future, reason).
-        rows: list[_Row] = []
-        slow: list[int] = []
-        for i, (topic, kind, value) in enumerate(zip(topics, kinds, values, strict=True)):
-            found = fast_parse(kind, value, context) if topic in native else None
-            if found is None:
-                slow.append(i)
-                rows.append(_SLOW)
-            elif found.__class__ is str:
-                rows.append((0, CANCEL, found, None, None, None, None))
-            else:
-                rows.append((0, SCHEDULE, found.id, found.due_ms, found.callBackTopic, value, None))  # type: ignore[union-attr]
-        src = None
-        if slow:
-            src, rows = _with_slow(rows, batch, slow, parser)
-        return _request_batch(batch, src, rows)
-
-
-_Row = tuple[int, str, str | None, int | None, str | None, bytes | None, str | None]
-_SLOW: _Row = (0, "", None, None, None, None, None)
-
-
-def _with_slow(
-    fast: list[_Row], batch: pa.RecordBatch, slow: list[int], parser: RequestParser
-) -> tuple[list[int], list[_Row]]:
-    """(source row, row) of every request: ``fast`` with the records in ``slow`` fully parsed."""
-    stamps = _timestamps_ms(batch.column("timestamp")).to_pylist()
-    parsed: dict[int, list[_Row]] = {}
-    for i, raw in zip(slow, batch.take(pa.array(slow, pa.int64())).to_pylist(), strict=True):
-        record = SourceRecord(
-            topic=raw["topic"],
-            partition=raw["partition"],
-            offset=raw["offset"],
-            key=raw["key"],
-            value=raw["value"],
-            headers=tuple((h["key"], h["value"]) for h in raw["headers"] or ()),
-            timestamp_ms=stamps[i],
-        )
-        parsed[i] = [_row(idx, request) for idx, request in enumerate(parser.parse(record))]
-    src: list[int] = []
-    rows: list[_Row] = []
-    for i, row in enumerate(fast):
-        mine = parsed.get(i, [row]) if row is _SLOW else [row]
-        src += [i] * len(mine)
-        rows += mine
-    return src, rows
-
-
-def _row(idx: int, request: Request) -> _Row:
-    if isinstance(request, Schedule):
-        future = request.timer.future
-        return (idx, SCHEDULE, request.timer_id, request.due_ms, future.callBackTopic,
-                future.SerializeToString(), None)  # fmt: skip
-    if isinstance(request, CancelRequest):
-        return (idx, CANCEL, request.timer_id, None, None, None, None)
-    # A tombstone is counted as such, whatever the format calls it.
-    reason = TOMBSTONE if request.record.value is None else request.reason
-    return (idx, INVALID, request.timer_id or None, None, None, None, reason)
-
-
-def _native_topics(limits: ParseLimits) -> frozenset[str]:
-    formats = limits.topics.ingress_formats
-    return frozenset(topic for topic, fmt in formats.items() if fmt is IngressFormat.NATIVE)
-
-
-_ROW_TYPES = (pa.int32(), pa.string(), pa.string(), pa.int64(), pa.string(), pa.binary(), pa.string())
-
-
-def _request_batch(source: pa.RecordBatch, src: list[int] | None, rows: list[_Row]) -> pa.RecordBatch:
-    """The decoded ``rows``, with topic, partition, offset and time of the ``source`` rows
-    they come from (``src``; None: one row per source row)."""
-    taking = None if src is None else pa.array(src, pa.int64())
-
-    def taken(column: pa.Array) -> pa.Array:
-        return column if taking is None else column.take(taking)
-
-    columns: list[Any] = list(zip(*rows, strict=True)) if rows else [()] * len(_ROW_TYPES)
-    decoded = [pa.array(c, t) for c, t in zip(columns, _ROW_TYPES, strict=True)]
-    return pa.RecordBatch.from_arrays(
-        [
-            taken(source.column("topic")),
-            taken(source.column("partition")),
-            taken(source.column("offset")),
-            decoded[0],
-            taken(_timestamps_ms(source.column("timestamp"))),
-            *decoded[1:],
-        ],
-        schema=_REQUEST_ARROW,
-    )
+            columns = [batch.column(n).to_pylist() for n in ("topic", "partition", "offset", "key", "value")]
+            stamps = _timestamps_ms(batch.column("timestamp")).to_pylist()
+            headers = batch.column("headers").to_pylist()
+            for topic, partition, offset, key, value, stamp, hdrs in zip(
+                *columns, stamps, headers, strict=True
+            ):
+                pairs = tuple((h["key"], h["value"]) for h in hdrs or ())
+                rows.add(topic, partition, offset, stamp, key, value, pairs)
+            yield rows.batch()
 
 
 def decode_events(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-    """``mapInArrow`` function: `timer-events` rows → :data:`EVENT_SCHEMA` rows.
-
-    One row per event: a ``TimerEventBatch`` record (``kt-kind: batch``, as the worker
-    writes them) gives a row for each of its events, a lone ``TimerEvent`` record one.
-    A record that is neither becomes one row of kind ``UNDECODABLE`` (``TOMBSTONE``
-    without a value), counted, never fatal.
-    """
-    # Kind names by number in a dict (cheaper than Kind.Name, which still says why a number is unknown).
-    known = {number: TimerEvent.Kind.Name(number) for number in TimerEvent.Kind.values()}
-    name = TimerEvent.Kind.Name
-    parse_one = TimerEvent.FromString
-    parse_batch = TimerEventBatch.FromString
+    """``mapInArrow`` function: raw `timer-events` rows → :data:`EVENT_SCHEMA` rows."""
+    rows = EventRows()
     for batch in batches:
-        rows: list[tuple[Any, ...]] = []
-        kinds = _kind_headers(batch.column("headers"))
-        for value, record_kind in zip(batch.column("value").to_pylist(), kinds, strict=True):
-            if value is None:
-                rows.append((None, EVENT_TOMBSTONE, None, None, None, None, None))
-                continue
-            try:
-                events = parse_batch(value).events if record_kind == KIND_BATCH else (parse_one(value),)
-                decoded = [
-                    (
-                        e.id,
-                        known.get(e.kind) or name(e.kind),
-                        e.partition,
-                        e.source_offset,
-                        e.due_ms,
-                        e.at_ms,
-                        e.reason,
-                    )
-                    for e in events
-                ]
-            except Exception as exc:  # noqa: BLE001 - DecodeError, or an unknown enum value
-                rows.append((None, UNDECODABLE, None, None, None, None, f"{exc.__class__.__name__}: {exc}"))
-                continue
-            rows.extend(decoded)
-        columns: list[Any] = list(zip(*rows, strict=True)) if rows else [()] * len(_EVENT_ARROW)
-        yield pa.RecordBatch.from_arrays(
-            [pa.array(c, f.type) for c, f in zip(columns, _EVENT_ARROW, strict=True)], schema=_EVENT_ARROW
-        )
+        headers = batch.column("headers").to_pylist()
+        for value, hdrs in zip(batch.column("value").to_pylist(), headers, strict=True):
+            rows.add(value, header_value([(h["key"], h["value"]) for h in hdrs or ()], KIND_HEADER))
+        yield rows.batch()

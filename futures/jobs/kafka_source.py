@@ -15,6 +15,11 @@ ranges from metadata; ``maxRecordsPerSplit`` cuts long ranges), read by a
 consumer created inside the Spark task, so nothing passes through the driver.
 Columns: :data:`SOURCE_SCHEMA`.
 
+Read into rows of your own: :func:`read_with` runs a picklable function on each
+offset range in a task of its own (:func:`consume_range` gives it the records) and
+takes the Arrow batches it yields; the jobs decode records there, where they are read
+(:mod:`futures.jobs.logs`).
+
 Write: a DataFrame with ``value`` (binary) and optional ``key`` (binary),
 ``headers`` (as read), ``partition`` (int; null = by key) and ``topic``
 (string; else the ``topic`` option)::
@@ -29,12 +34,13 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 import pyarrow as pa
 from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Producer, TopicPartition
+from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.datasource import (
     DataSource,
     DataSourceArrowWriter,
@@ -203,22 +209,74 @@ class KafkaRangeReader(DataSourceReader):
                               self.options.poll_timeout_s)  # fmt: skip
 
 
+#: Reads one offset range in a Spark task: (librdkafka settings, range) → Arrow batches.
+RangeRead = Callable[[Mapping[str, Any], OffsetRange], Iterator[pa.RecordBatch]]
+
+
+@dataclass(frozen=True)
+class _RangeTasks:
+    """``mapInArrow`` function over ``spark.range(n, numPartitions=n)``: the task holding id i
+    reads ``ranges[i]``, so every range is read by a task of its own, on the executors."""
+
+    kafka: Mapping[str, Any]
+    ranges: tuple[OffsetRange, ...]
+    read: RangeRead
+
+    def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        for batch in batches:
+            for i in batch.column(0).to_pylist():
+                yield from self.read(self.kafka, self.ranges[i])
+
+
+def read_with(
+    spark: SparkSession, kafka: Mapping[str, Any], ranges: Sequence[OffsetRange], read: RangeRead, schema: str
+) -> DataFrame:
+    """A DataFrame of ``schema`` made by ``read`` (picklable) of each range, one Spark task per range.
+
+    For readers that turn records into rows of their own where they are read
+    (:mod:`futures.jobs.logs`): the rows cross from Python to Spark once, and
+    any Python object (parse limits...) reaches the tasks, not only string options.
+    """
+    todo = tuple(r for r in ranges if r.size > 0)
+    if not todo:
+        return spark.createDataFrame([], schema)
+    ids = spark.range(0, len(todo), 1, numPartitions=len(todo))
+    return ids.mapInArrow(_RangeTasks(dict(kafka), todo, read), schema)
+
+
 def read_range(
     kafka: Mapping[str, Any], rng: OffsetRange, batch_rows: int, poll_timeout_s: float
 ) -> Iterator[pa.RecordBatch]:
     """The records of ``rng`` as Arrow batches of at most ``batch_rows`` rows."""
+    rows = _Rows(rng.topic)
+    for msgs in consume_range(kafka, rng, batch_rows, poll_timeout_s):
+        for msg in msgs:
+            rows.add(msg)
+        if len(rows) >= batch_rows:
+            yield rows.batch()
+    if len(rows):
+        yield rows.batch()
+
+
+def consume_range(
+    kafka: Mapping[str, Any], rng: OffsetRange, max_messages: int, poll_timeout_s: float
+) -> Iterator[list[Message]]:
+    """The records of ``rng``, in offset order, in lists of at most ``max_messages`` (and 10,000).
+
+    Error events are handled here (the end of the partition) or raised
+    (:class:`SourceError`): every message yielded is a record of the range.
+    """
     if rng.size <= 0:
         return
     consumer = Consumer(consumer_config(kafka))
     try:
         consumer.assign([TopicPartition(rng.topic, rng.partition, rng.start)])
-        rows = _Rows(rng.topic)
         next_offset = rng.start
         last_progress = time.monotonic()
         while next_offset < rng.end:
             # Never ask for more than the range still holds: consume() waits its
             # whole timeout for the count asked, which would stall small ranges.
-            msgs = consumer.consume(min(batch_rows, 10_000, rng.end - next_offset), timeout=1.0)
+            msgs = consumer.consume(min(max_messages, 10_000, rng.end - next_offset), timeout=1.0)
             if msgs:
                 last_progress = time.monotonic()
             elif time.monotonic() - last_progress > poll_timeout_s:
@@ -226,6 +284,7 @@ def read_range(
                     f"{rng.topic}[{rng.partition}]: no record for {poll_timeout_s:g}s at offset "
                     f"{next_offset}, planned to read up to {rng.end}"
                 )
+            records = []
             for msg in msgs:
                 err = msg.error()
                 if err is not None:
@@ -235,12 +294,10 @@ def read_range(
                 if offset >= rng.end:
                     next_offset = rng.end
                     break
-                rows.add(msg, offset)
+                records.append(msg)
                 next_offset = offset + 1
-            if len(rows) >= batch_rows:
-                yield rows.batch()
-        if len(rows):
-            yield rows.batch()
+            if records:
+                yield records
     finally:
         consumer.close()
 
@@ -258,6 +315,12 @@ def _end_of_partition(err: KafkaError, msg: Message, rng: OffsetRange, next_offs
     return next_offset
 
 
+def timestamp_ms(msg: Message) -> int:
+    """A record's timestamp (epoch ms), -1 when it has none (as :class:`SourceRecord` has it)."""
+    kind, ms = msg.timestamp()  # (type, epoch ms); type 0 = not available
+    return ms if kind and ms >= 0 else -1
+
+
 @dataclass
 class _Rows:
     """Columns of one Arrow batch being filled."""
@@ -273,13 +336,13 @@ class _Rows:
     def __len__(self) -> int:
         return len(self.offsets)
 
-    def add(self, msg: Message, offset: int) -> None:
+    def add(self, msg: Message) -> None:
         self.keys.append(msg.key())
         self.values.append(msg.value())
         self.partitions.append(msg.partition() or 0)
-        self.offsets.append(offset)
-        kind, ms = msg.timestamp()  # (type, epoch ms); type 0 = not available
-        self.timestamps.append(ms * 1000 if kind and ms >= 0 else None)
+        self.offsets.append(msg.offset() or 0)
+        ms = timestamp_ms(msg)
+        self.timestamps.append(ms * 1000 if ms >= 0 else None)
         # Headers with a key that is not UTF-8 cannot be read here: the record is
         # judged without them, as the worker's read-back (futures/worker/gaps.py) does.
         headers = message_headers(msg) or ()

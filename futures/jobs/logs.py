@@ -1,29 +1,51 @@
 """The request and event logs as DataFrames: pinned offset ranges, read and decoded.
 
 :func:`plan_log` runs on the driver and touches only metadata; the records are
-read by the Spark tasks (:mod:`futures.jobs.kafka_source`).
+read by the Spark tasks (:mod:`futures.jobs.kafka_source`) and decoded as they
+arrive (:func:`read_requests`, :func:`read_events`): what reaches Spark is the
+columns the jobs use, never the raw records.
 """
 
 from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+import pyarrow as pa
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from futures.ingress.limits import ParseLimits
-from futures.jobs.decode import EVENT_SCHEMA, REQUEST_SCHEMA, RequestDecoder, decode_events
+from futures.jobs.decode import (
+    EVENT_SCHEMA,
+    REQUEST_SCHEMA,
+    EventRows,
+    RequestDecoder,
+    RequestRows,
+    decode_events,
+)
 from futures.jobs.errors import SourceError
-from futures.jobs.kafka_source import SOURCE_NAME, SOURCE_SCHEMA, kafka_options
-from futures.jobs.offsets import OffsetPlanner, OffsetRange
+from futures.jobs.kafka_source import (
+    SOURCE_NAME,
+    SOURCE_SCHEMA,
+    consume_range,
+    kafka_options,
+    read_with,
+)
+from futures.jobs.offsets import OffsetPlanner, OffsetRange, split
 from futures.jobs.versions import ORIGIN_LOG
 from ktimers.config import CommonConfig
+from ktimers.wire import KIND_HEADER, header_value, message_headers
 
 log = logging.getLogger(__name__)
+
+#: Rows per Arrow batch a reading task hands to Spark.
+BATCH_ROWS = 10_000
+#: A reading task fails when no record arrives for this long although its range is not done (seconds).
+POLL_TIMEOUT_S = 60.0
 
 #: ``{topic: {partition: (start, end)}}``
 Offsets = dict[str, dict[int, tuple[int, int]]]
@@ -124,6 +146,65 @@ def read_ranges(
     for frame in frames[1:]:
         result = result.unionByName(frame)
     return result
+
+
+@dataclass(frozen=True)
+class RequestReader:
+    """Reads one range of a request topic into :data:`~futures.jobs.decode.REQUEST_SCHEMA` rows
+    (a :data:`~futures.jobs.kafka_source.RangeRead`), decoding each record as it arrives."""
+
+    limits: ParseLimits
+    batch_rows: int = BATCH_ROWS
+    poll_timeout_s: float = POLL_TIMEOUT_S
+
+    def __call__(self, kafka: Mapping[str, Any], rng: OffsetRange) -> Iterator[pa.RecordBatch]:
+        rows = RequestRows(self.limits)
+        for msgs in consume_range(kafka, rng, self.batch_rows, self.poll_timeout_s):
+            rows.add_messages(rng.topic, rng.partition, msgs)
+            if len(rows) >= self.batch_rows:
+                yield rows.batch()
+        if len(rows):
+            yield rows.batch()
+
+
+@dataclass(frozen=True)
+class EventReader:
+    """Reads one range of `timer-events` into :data:`~futures.jobs.decode.EVENT_SCHEMA` rows."""
+
+    batch_rows: int = BATCH_ROWS
+    poll_timeout_s: float = POLL_TIMEOUT_S
+
+    def __call__(self, kafka: Mapping[str, Any], rng: OffsetRange) -> Iterator[pa.RecordBatch]:
+        rows = EventRows()
+        for msgs in consume_range(kafka, rng, self.batch_rows, self.poll_timeout_s):
+            for msg in msgs:
+                headers = message_headers(msg)
+                rows.add(msg.value(), header_value(headers, KIND_HEADER) if headers else None)
+            if len(rows) >= self.batch_rows:
+                yield rows.batch()
+        if len(rows):
+            yield rows.batch()
+
+
+def read_requests(
+    spark: SparkSession,
+    common: CommonConfig,
+    ranges: Sequence[OffsetRange],
+    limits: ParseLimits,
+    max_records_per_split: int = 0,
+) -> DataFrame:
+    """The request rows (:data:`~futures.jobs.decode.REQUEST_SCHEMA`, origin ``log``) of ``ranges``."""
+    pieces = list(split(ranges, max_records_per_split))
+    rows = read_with(spark, common.kafka.librdkafka(), pieces, RequestReader(limits), REQUEST_SCHEMA)
+    return rows.withColumn("origin", F.lit(ORIGIN_LOG))
+
+
+def read_events(
+    spark: SparkSession, common: CommonConfig, ranges: Sequence[OffsetRange], max_records_per_split: int = 0
+) -> DataFrame:
+    """The event rows (:data:`~futures.jobs.decode.EVENT_SCHEMA`) of ``ranges`` of `timer-events`."""
+    pieces = list(split(ranges, max_records_per_split))
+    return read_with(spark, common.kafka.librdkafka(), pieces, EventReader(), EVENT_SCHEMA)
 
 
 def decode_requests(raw: DataFrame, limits: ParseLimits) -> DataFrame:

@@ -35,7 +35,7 @@ from pyspark.sql import functions as F
 
 from futures.jobs import compact, snapshot
 from futures.jobs.config import JobConfig
-from futures.jobs.logs import describe, plan_log, read_ranges
+from futures.jobs.logs import describe, plan_log, read_events, read_requests
 from futures.jobs.offsets import OffsetPlanner
 from futures.jobs.outputs import callback_records, request_records, write_records
 from futures.jobs.runner import (
@@ -115,9 +115,10 @@ def extract(spark: SparkSession, config: JobConfig, options: ReplayOptions) -> E
         return Extracted(timers.withColumn("status", F.lit(PENDING)), options.snapshot, manifest)
     plan, _ = plan_log(config.common)
     split = options.max_records_per_split
-    requests = read_ranges(spark, config.common, plan.requests, split)
-    events = read_ranges(spark, config.common, plan.events, split)
-    classified = compact.transform(requests, events, config.parse_limits()).classified
+    requests = read_requests(spark, config.common, plan.requests, config.parse_limits(), split)
+    events = read_events(spark, config.common, plan.events, split)
+    topics = len(config.common.topics.ingress_formats)
+    classified = compact.compaction(requests, events, topics).classified
     timers = classified.filter(F.col("status").isin(PENDING, FIRED)).select(*SNAPSHOT_COLUMNS[:-1], "status")
     return Extracted(timers, describe(plan))
 

@@ -18,7 +18,7 @@ from pyspark.sql import functions as F
 
 from futures.jobs import compact, snapshot
 from futures.jobs.config import JobConfig
-from futures.jobs.logs import decode_event_rows, plan_log, read_ranges
+from futures.jobs.logs import plan_log, read_events, read_requests
 from futures.jobs.runner import add_spark_arguments, job_parser, run_main, spark_for, step
 
 log = logging.getLogger("futures.jobs.report")
@@ -60,14 +60,12 @@ class ReportTables:
 def extract(spark: SparkSession, config: JobConfig, snapshot_path: str | None) -> tuple[DataFrame, DataFrame]:
     """(pending timers, decoded events): the pending set of a snapshot or of the log, and every event."""
     plan, _ = plan_log(config.common)
-    events_raw = read_ranges(spark, config.common, plan.events)
+    events = read_events(spark, config.common, plan.events)
     if snapshot_path:
         _, pending = snapshot.read(spark, snapshot_path)
-        events = decode_event_rows(events_raw)
     else:
-        requests_raw = read_ranges(spark, config.common, plan.requests)
-        compaction = compact.transform(requests_raw, events_raw, config.parse_limits())
-        pending, events = compaction.pending, compaction.events
+        requests = read_requests(spark, config.common, plan.requests, config.parse_limits())
+        pending = compact.compaction(requests, events, len(config.common.topics.ingress_formats)).pending
     return pending, events
 
 

@@ -20,8 +20,9 @@ from ktimers.cli import EnvGroup, Parser, UsageError, command_parser, fail
 from ktimers.config import COMMON_ENV
 from ktimers.errors import TimersError
 
-#: spark.sql.shuffle.partitions for local masters, unless --shuffle-partitions says otherwise.
-LOCAL_SHUFFLE_PARTITIONS = 8
+#: spark.sql.shuffle.partitions for local masters, unless --shuffle-partitions says otherwise: an upper
+#: bound, Spark merges them into tasks of about LOCAL_TASK_SHUFFLE_BYTES (session.build_session).
+LOCAL_SHUFFLE_PARTITIONS = 64
 
 log = logging.getLogger("futures.jobs")
 
@@ -101,7 +102,7 @@ def spark_for(args: argparse.Namespace, app_name: str) -> SparkSession:
     master = resolve_master(args.master)
     shuffle = args.shuffle_partitions
     if shuffle is None and master is not None and master.startswith("local"):
-        # Spark's default of 200 turns a laptop-sized job into hundreds of tiny tasks.
+        # Spark's default of 200 makes a laptop-sized job write 200 shuffle files a task.
         shuffle = LOCAL_SHUFFLE_PARTITIONS
     return build_session(
         SparkSettings(master=master, app_name=app_name, progress=not args.quiet, shuffle_partitions=shuffle)

@@ -35,6 +35,19 @@ def resolve_master(requested: str | None) -> str | None:
     return None if under_spark_submit() else DEFAULT_MASTER
 
 
+#: Shuffled data a task takes in local mode (compressed; ~300 k request rows, ~100 MB to sort).
+LOCAL_TASK_SHUFFLE_BYTES = "16m"
+
+# Spark's adaptive execution merges shuffle partitions into as few tasks as keep every core busy
+# (parallelismFirst). In local mode, where all tasks share one JVM's memory (1 GiB by default),
+# that made a 1 M-record compaction sort ~400 k rows a task and spill to disk; tasks of a fixed
+# size keep each sort in memory however large the log, and their number grows with it.
+_LOCAL_TASK_SIZE = {
+    "spark.sql.adaptive.coalescePartitions.parallelismFirst": "false",
+    "spark.sql.adaptive.advisoryPartitionSizeInBytes": LOCAL_TASK_SHUFFLE_BYTES,
+}
+
+
 @dataclass(frozen=True)
 class SparkSettings:
     master: str | None = DEFAULT_MASTER  # None: spark-submit's
@@ -63,6 +76,7 @@ def build_session(settings: SparkSettings) -> SparkSession:
         "spark.ui.enabled": str(settings.ui).lower(),
         "spark.ui.showConsoleProgress": str(settings.progress).lower(),
         **({"spark.driver.bindAddress": "127.0.0.1", "spark.driver.host": "127.0.0.1"} if local else {}),
+        **(_LOCAL_TASK_SIZE if local else {}),
         **(
             {"spark.sql.shuffle.partitions": str(settings.shuffle_partitions)}
             if settings.shuffle_partitions

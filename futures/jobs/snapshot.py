@@ -36,6 +36,8 @@ SNAPSHOT_SCHEMA = (
     "idx int, timestamp_ms long, future binary, due_date string"
 )
 SNAPSHOT_COLUMNS = [c.split()[0] for c in SNAPSHOT_SCHEMA.split(", ")]
+#: Snapshot columns whose values differ from timer to timer.
+_UNIQUE_COLUMNS = ("timer_id", "due_ms", "offset", "timestamp_ms", "future")
 
 
 @dataclass(frozen=True)
@@ -116,8 +118,10 @@ class Manifest:
 
 
 def with_due_date(pending: DataFrame) -> DataFrame:
-    """The snapshot columns, ``due_date`` (UTC, yyyy-MM-dd) derived from ``due_ms``."""
-    dated = pending.withColumn("due_date", F.date_format(F.timestamp_millis(F.col("due_ms")), "yyyy-MM-dd"))
+    """The snapshot columns, ``due_date`` (the UTC day, a directory ``due_date=yyyy-MM-dd``) of ``due_ms``."""
+    # A date, not its text: the writer sorts every task's timers by it, and a date sorts as one
+    # integer where "2026-11-23" shares its first eight bytes with every other day of the month.
+    dated = pending.withColumn("due_date", F.to_date(F.timestamp_millis(F.col("due_ms"))))
     return dated.select(*SNAPSHOT_COLUMNS)
 
 
@@ -131,9 +135,14 @@ def write_timers(pending: DataFrame, path: str, overwrite: bool = False) -> None
     """The timers of a snapshot, without its manifest: :func:`write_manifest` must follow."""
     mode = "overwrite" if overwrite else "errorifexists"
     try:
-        # One task per due date writes it: a file per day, not one per day and shuffle partition.
-        dated = with_due_date(pending).repartition("due_date")
-        dated.write.mode(mode).partitionBy("due_date").parquet(f"{path}/{TIMERS_DIR}")
+        # Written by the tasks that classified the timers, a file per due date each: gathering a day
+        # into one task would shuffle every pending timer once more and write a busy day alone.
+        writer = with_due_date(pending).write.mode(mode).partitionBy("due_date")
+        for column in _UNIQUE_COLUMNS:
+            # Parquet tries a dictionary for every column until it outgrows a page; for a column
+            # whose values (nearly) never repeat that is a hash lookup a value, for nothing.
+            writer = writer.option(f"parquet.enable.dictionary#{column}", "false")
+        writer.parquet(f"{path}/{TIMERS_DIR}")
     except AnalysisException as exc:
         if "already exists" in str(exc).lower() or "PATH_ALREADY_EXISTS" in str(exc):
             raise SnapshotError(
