@@ -86,6 +86,7 @@ class Dispatcher:
         self._clock = clock
         # Which callback topics exist, so a missing one never stalls a flush (futures/worker/destinations.py).
         self._callback_topics = callback_topics
+        self._expected: set[str] = set()  # callback topics of accepted timers, looked up ahead
         self._side = Deliveries()  # events and dead letters since the last take_side()
         # Events not yet produced, by `timer-request` partition, in order (see produce_events).
         self._events: dict[int, TimerEventBatch] = {}
@@ -120,8 +121,9 @@ class Dispatcher:
         """Before the tombstones of dead-lettered timers: their dead letters must be delivered,
         or a lost dead letter would lose the timer. Only when there are any (one flush)."""
         if outcome.dead_lettered:
-            await self._writer.flush()
-            self.take_side().raise_first("event or dead-letter")
+            side = self.take_side()
+            await self._writer.delivered(side)
+            side.raise_first("event or dead-letter")
 
     # -- callbacks -----------------------------------------------------------------
 
@@ -164,7 +166,7 @@ class Dispatcher:
         produce = self.produce_callback
         for i, (_, timer) in enumerate(timers):
             produce(timer, fired_ms, deliveries, i, topics)
-        await self._writer.flush()
+        await self._writer.delivered(deliveries)
         return self.settle(timers, deliveries, [fired_ms] * len(timers))
 
     def settle(
@@ -244,8 +246,13 @@ class Dispatcher:
     ) -> None:
         """The SCHEDULED event of a timer accepted at ``now`` (epoch ms, the batch's clock).
 
-        What :meth:`event` does, inlined: this runs once per scheduled timer.
+        What :meth:`event` does, inlined: this runs once per scheduled timer. A callback
+        topic seen for the first time is looked up now, not when its first timer fires
+        (which would then wait for the next tick).
         """
+        if callback_topic not in self._expected:
+            self._expected.add(callback_topic)
+            self._callback_topics.problem(callback_topic)
         self._batch(partition).events.add(
             id=timer_id,
             kind=_SCHEDULED,

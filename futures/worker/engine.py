@@ -463,7 +463,7 @@ class TimerEngine:
     ) -> None:
         """Once their delivery reports are in, record a window's sent timers and delete them."""
         partition = window.partition
-        await self._writer.flush()
+        await self._writer.delivered(deliveries)
         async with self._lock:
             if not self._owns(partition):
                 return  # the new owner re-sends them: at least once
@@ -509,9 +509,10 @@ class TimerEngine:
             ]
             for key, value in staged[partition]:
                 produce(changelog, key, value, partition=partition, deliveries=deliveries)
-        await self._writer.flush()
+        side = self.dispatch.take_side()  # this step's events and dead letters
+        await self._writer.delivered(deliveries, side)
         deliveries.raise_first("changelog")
-        self.dispatch.take_side().raise_first("event or dead-letter")
+        side.raise_first("event or dead-letter")
         # The tails come last in their partitions: their offsets are how far the changelog is written.
         deliveries = Deliveries(offsets=True)
         for partition, part in changes.items():
@@ -522,7 +523,7 @@ class TimerEngine:
             )
             staged[partition].append(tail)
             self._writer.produce(changelog, tail[0], tail[1], partition=partition, deliveries=deliveries)
-        await self._writer.flush()
+        await self._writer.delivered(deliveries)
         deliveries.raise_first("changelog")
         for partition, records in staged.items():
             table = self._tables(partition)

@@ -600,3 +600,8 @@ def test_a_tick_asks_the_topic_directory_once_per_callback_topic_not_once_per_ti
     rig.tick(T + 1)
     assert len(rig.fired("orders")) == len(rig.fired("audit")) == 20
     assert sorted(rig.callback_topics.asked) == ["audit", "orders"]
+
+
+def test_a_callback_topic_is_looked_up_when_its_first_timer_is_accepted_not_when_it_fires(rig):
+    rig.ingest(rig.request("a", T_MS + 10, topic="audit"), rig.request("b", T_MS + 20, topic="audit"))
+    assert rig.callback_topics.asked == ["audit"]  # once, ahead of the tick that fires them

@@ -61,5 +61,5 @@ class TimerActions:
             partition=partition,
             deliveries=deliveries,
         )
-        await self._writer.flush()
+        await self._writer.delivered(deliveries)
         deliveries.raise_first(what)
