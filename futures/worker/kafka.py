@@ -2,7 +2,7 @@
 
 Faust's own producer sends one record per await (~100 µs each, see
 ../shared/STACK.md); everything the engine writes goes through librdkafka in
-bulk instead and is awaited with one flush.
+bulk instead, and each step awaits the delivery reports of its own records at once.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from ktimers.errors import DeliveryError
 from ktimers.producer import ProducerLike, RecordHeaders
 
 #: How long librdkafka retries one record before reporting it failed (ms). A
-#: flush never waits longer than this, so one unwritable topic cannot stall firing.
+#: wait for delivery never lasts longer than this, so one unwritable topic cannot stall firing.
 MESSAGE_TIMEOUT_MS = 30_000
 
 
@@ -115,7 +115,7 @@ def producer_config(
 
 
 class KafkaWriter:
-    """Produce many records, then await their delivery reports with one flush."""
+    """Produce many records, then await their delivery reports together (:meth:`delivered`)."""
 
     def __init__(self, producer: ProducerLike, max_record_bytes: int = DEFAULT_MAX_RECORD_BYTES) -> None:
         self._producer = producer
@@ -172,15 +172,10 @@ class KafkaWriter:
                 report(exc.args[0], None)
                 return
 
-    async def flush(self) -> None:
-        """Wait, off the event loop, until every produced record has its delivery report."""
-        loop = asyncio.get_running_loop()
-        await loop.run_in_executor(None, self._flush_blocking)
-
     async def delivered(self, *groups: Deliveries) -> None:
         """Wait, off the event loop, until every record of ``groups`` has its delivery report.
 
-        Unlike :meth:`flush`, it does not wait for records produced meanwhile by others
+        Unlike a flush, it does not wait for records produced meanwhile by others
         (precise mode's windows send without the engine lock): under a steady stream of
         records a flush may not see the queue empty for a long time.
         """

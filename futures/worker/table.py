@@ -182,25 +182,17 @@ class PartitionTimers:
         value = self._db.get(key)
         return None if value is None else bytes(value)
 
-    def due_by(self, limit_ms: int, max_count: int, after: bytes | None = None) -> list[DueTimer]:
-        """Up to ``max_count`` pending timers with due_ms <= ``limit_ms``, earliest first.
-
-        ``after``: resume past this table key (timers kept for a retry are not returned again).
-        """
-        return [
-            DueTimer(key, *split_timer_key(key[1:]), value)
-            for key, value in self.due_items(limit_ms, max_count, after)
-        ]
-
     def due_items(
         self, limit_ms: int, max_count: int, after: bytes | None = None, from_ms: int = 0
     ) -> list[tuple[bytes, bytes]]:
-        """What :meth:`due_by` finds, as (table key, ``StoredTimer`` bytes): the fire path's scan.
+        """Up to ``max_count`` pending timers with due_ms <= ``limit_ms``, earliest first, as
+        (table key, ``StoredTimer`` bytes): the fire path's and precise windows' scan.
 
         Every pending timer is due after the watermark (earlier ones were fired
         and deleted), so the scan starts there and never walks the tombstones
-        that firing leaves at the head of the key range. ``from_ms``: only timers
-        due at or after it (epoch ms).
+        that firing leaves at the head of the key range. ``after``: resume past this
+        table key (timers kept for a retry are not returned again). ``from_ms``: only
+        timers due at or after it (epoch ms).
         """
         start_ms = max(self.watermark * 1000 + 1 if self.watermark >= 0 else 0, from_ms)
         start = TIMER_PREFIX + due_prefix(start_ms)

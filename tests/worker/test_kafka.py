@@ -18,7 +18,7 @@ def test_each_failed_record_is_counted_when_no_index_is_given():
     deliveries = Deliveries()
     for key in (b"a", b"b", b"c"):
         writer.produce("gone", key, b"v", deliveries=deliveries)
-    asyncio.run(writer.flush())
+    asyncio.run(writer.delivered(deliveries))
     assert len(deliveries.errors) == 3
     with pytest.raises(DeliveryError, match="^3 changelog record"):
         deliveries.raise_first("changelog")
@@ -31,6 +31,6 @@ def test_a_record_refused_by_produce_is_reported_under_its_index():
     deliveries = Deliveries()
     writer.produce("ok", b"a", b"v", deliveries=deliveries, index=7)
     writer.produce("big", b"b", b"v", deliveries=deliveries, index=8)
-    asyncio.run(writer.flush())
+    asyncio.run(writer.delivered(deliveries))
     assert list(deliveries.errors) == [8]
     assert deliveries.errors[8].code() == KafkaError.MSG_SIZE_TOO_LARGE

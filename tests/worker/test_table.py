@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from futures.worker.table import PartitionTimers, Record, progress_record, table_key
+from ktimers.wire import split_timer_key
 
 T = 1_795_000_000  # an epoch second in 2026
 T_MS = T * 1000
@@ -96,14 +97,18 @@ def test_replayed_records_count_only_real_changes(table):
     assert table.pending == 0
 
 
-def test_due_by_returns_exactly_the_due_timers_in_due_order(table):
+def _due_ids(table, limit_ms, max_count):
+    return [split_timer_key(key[1:])[1] for key, _ in table.due_items(limit_ms, max_count)]
+
+
+def test_due_items_returns_exactly_the_due_timers_in_due_order(table):
     # Due times whose byte patterns differ in every position: big-endian keys
     # must still sort numerically, and ids must not disturb the order.
     dues = {"z": 1, "y": 255, "x": 256, "w": 65_536, "v": 2**32, "u": T_MS, "t": T_MS + 1, "s": T_MS + 999}
     table.apply([put(due, tid) for tid, due in dues.items()], offset=0, pending_delta=len(dues))
 
-    found = table.due_by(T_MS, 100)
-    assert [(d.due_ms, d.timer_id) for d in found] == [
+    found = table.due_items(T_MS, 100)
+    assert [split_timer_key(key[1:]) for key, _ in found] == [
         (1, "z"),
         (255, "y"),
         (256, "x"),
@@ -111,26 +116,25 @@ def test_due_by_returns_exactly_the_due_timers_in_due_order(table):
         (2**32, "v"),
         (T_MS, "u"),
     ]
-    assert found[0].key == table_key(1, "z")
-    assert found[0].value == b"z@1"
+    assert found[0] == (table_key(1, "z"), b"z@1")
 
     # The limit is inclusive to the millisecond.
-    assert [d.timer_id for d in table.due_by(T_MS + 1, 100)][-2:] == ["u", "t"]
-    assert [d.timer_id for d in table.due_by(T_MS - 1, 100)][-1] == "v"
+    assert _due_ids(table, T_MS + 1, 100)[-2:] == ["u", "t"]
+    assert _due_ids(table, T_MS - 1, 100)[-1] == "v"
     # ...and n caps the answer, earliest first.
-    assert [d.timer_id for d in table.due_by(T_MS + 999, 3)] == ["z", "y", "x"]
-    assert table.due_by(0, 10) == []
+    assert _due_ids(table, T_MS + 999, 3) == ["z", "y", "x"]
+    assert table.due_items(0, 10) == []
 
 
-def test_due_by_orders_same_due_time_by_id_and_skips_fired_seconds(table):
+def test_due_items_orders_same_due_time_by_id_and_skips_fired_seconds(table):
     table.apply(
         [put(T_MS + 1000, "b"), put(T_MS + 1000, "a"), put(T_MS + 2000, "c")], offset=0, pending_delta=3
     )
-    assert [d.timer_id for d in table.due_by(T_MS + 1000, 10)] == ["a", "b"]
+    assert _due_ids(table, T_MS + 1000, 10) == ["a", "b"]
     # Firing second T+1 deletes its timers and moves the watermark; the next scan
     # sees only what is left.
     table.apply([tomb(T_MS + 1000, "a"), tomb(T_MS + 1000, "b"), progress_record(T + 1, -1)], 1, -2)
-    assert [d.timer_id for d in table.due_by(T_MS + 2000, 10)] == ["c"]
+    assert _due_ids(table, T_MS + 2000, 10) == ["c"]
 
 
 def test_watermark_never_moves_backwards(table):
