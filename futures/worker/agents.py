@@ -52,6 +52,8 @@ def register_agents(app: faust.App, engine: TimerEngine, config: WorkerConfig) -
         BulkRoute(
             request_topics=frozenset(topics.ingress_formats),
             ingest=engine.ingest,
+            tick_topic=topics.oscillator,
+            note_ticks=engine.note_ticks,
             batch_size=config.ingest_batch_size,
         ),
     )

@@ -18,7 +18,7 @@ everything it caused was delivered.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 
 from confluent_kafka import KafkaError
@@ -159,15 +159,22 @@ class Dispatcher:
             index=index,
         )
 
-    async def fire(self, timers: Sequence[tuple[int, StoredTimer]], fired_ms: int) -> FireOutcome:
-        """Produce callbacks and wait for every delivery report."""
+    async def fire(self, timers: Iterable[tuple[int, StoredTimer]], fired_ms: int) -> FireOutcome:
+        """Produce callbacks and wait for every delivery report.
+
+        ``timers`` may be lazy (stored timers parsed as they are taken): the first
+        callback is on its way before the last timer is parsed.
+        """
         deliveries = Deliveries()
         topics: dict[str, KafkaError | None] = {}
         produce = self.produce_callback
-        for i, (_, timer) in enumerate(timers):
-            produce(timer, fired_ms, deliveries, i, topics)
+        taken: list[tuple[int, StoredTimer]] = []
+        take = taken.append
+        for i, item in enumerate(timers):
+            take(item)
+            produce(item[1], fired_ms, deliveries, i, topics)
         await self._writer.delivered(deliveries)
-        return self.settle(timers, deliveries, [fired_ms] * len(timers))
+        return self.settle(taken, deliveries, [fired_ms] * len(taken))
 
     def settle(
         self, timers: Sequence[tuple[int, StoredTimer]], deliveries: Deliveries, fired: Sequence[int]

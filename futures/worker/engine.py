@@ -19,10 +19,11 @@ are committed by Faust only after these coroutines return.
 from __future__ import annotations
 
 import asyncio
+import bisect
 import logging
 import time
-from collections import defaultdict, deque
-from collections.abc import Callable, Sequence
+from collections import Counter, defaultdict, deque
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from confluent_kafka import KafkaError
@@ -84,6 +85,39 @@ class _Changes:
     offers: list[tuple[str, Item]] = field(default_factory=list)
 
 
+class _DueScan:
+    """One partition's timers due by a tick, read from the table in pieces, in key (= due) order."""
+
+    def __init__(self, partition: int, table: PartitionTimers, limit_ms: int) -> None:
+        self.partition = partition
+        self._table = table
+        self._limit_ms = limit_ms
+        self._items: list[tuple[bytes, bytes]] = []
+        self.more = True  # the last read was full: the table may hold more due timers
+        self.last = b""  # the last key read: the next read starts past it
+
+    def read(self, count: int) -> None:
+        """Read the next ``count`` due timers, when those in hand were all taken."""
+        if self._items or not self.more:
+            return
+        self._items = self._table.due_items(self._limit_ms, count, after=self.last or None)
+        self.more = len(self._items) == count
+        if self._items:
+            self.last = self._items[-1][0]
+
+    def take(self, bound: bytes | None) -> list[tuple[bytes, int, bytes]]:
+        """The timers in hand with keys up to ``bound`` (all of them if None), as (key, partition, value)."""
+        items = self._items
+        end = len(items) if bound is None else bisect.bisect_right(items, bound, key=_first)
+        taken, self._items = items[:end], items[end:]
+        p = self.partition
+        return [(key, p, value) for key, value in taken]
+
+
+def _first(item: tuple[bytes, bytes]) -> bytes:
+    return item[0]
+
+
 class TimerEngine:
     def __init__(
         self,
@@ -116,6 +150,9 @@ class TimerEngine:
             self._topics, writer, metrics, self.status, clock, callback_topics or AnyTopic()
         )
         self._windows = Windows(config.fire_chunk_size)  # precise mode
+        # Ticks waiting for the lock (see note_ticks): partition → the highest second received.
+        self._ticks: dict[int, int] = {}
+        self._joined: dict[int, int] = {}  # partition → second of a noted tick that joined a firing
         self._ticks_log = ThrottledLog(log)
 
     # -- request → table -------------------------------------------------------
@@ -300,10 +337,22 @@ class TimerEngine:
 
     # -- tick → dispatch -------------------------------------------------------
 
+    def note_ticks(self, ticks: Sequence[SourceRecord]) -> None:
+        """Ticks as soon as they are fetched, before Faust's stream hands them to :meth:`advance`.
+
+        One second's ticks of several partitions often come in two fetches with an
+        ingest step between them; noted here, the later ones join the firing of the
+        earlier ones (second mode) instead of waiting for all of it to end.
+        """
+        for record in ticks:
+            second, _ = decode_tick(record.key, record.value)
+            if second is not None and second > self._ticks.get(record.partition, -1):
+                self._ticks[record.partition] = second
+
     async def advance(self, ticks: Sequence[SourceRecord]) -> None:
         """Apply a batch of ticks: fire what is due in each partition whose clock moved."""
         latest: dict[int, int] = {}
-        received: dict[int, int] = defaultdict(int)
+        duplicates = 0
         for record in self._owned(ticks):
             second, source = decode_tick(record.key, record.value)
             if second is None:
@@ -314,37 +363,61 @@ class TimerEngine:
                     short(repr(record.key), 80),
                 )
                 continue
-            received[record.partition] += 1
-            self.status.tick(record.partition, second, source)
-            if second > latest.get(record.partition, -1):
-                latest[record.partition] = second
+            partition = record.partition
+            self.status.tick(partition, second, source)
+            # One at or below the clock, or below a copy in this batch, moves nothing — unless
+            # it is the tick that joined an earlier call's firing (note_ticks).
+            if second <= max(latest.get(partition, -1), self._tables(partition).watermark):
+                if self._joined.get(partition) == second:
+                    del self._joined[partition]
+                else:
+                    duplicates += 1
+                continue
+            latest[partition] = second
+        self.metrics.ticks.labels("duplicate").inc(duplicates)
         if not latest:
             return
         # The previous precise window ends at this very second: let it finish
         # sending and deleting, so this tick's scan does not see its timers.
         await self._windows.done(latest)
+        for partition, second in latest.items():
+            if second > self._ticks.get(partition, -1):
+                self._ticks[partition] = second
         async with self._lock:
-            changes: dict[int, _Changes] = {}
-            for partition, second in sorted(latest.items()):
-                if not self._owns(partition):
-                    continue  # revoked by a rebalance while this batch waited for the lock
-                target = self._trusted_second(partition, second)
-                if target is None:
-                    continue
-                part = _Changes()
-                if await self._fire_due(partition, target, part):
-                    part.watermark = target
-                changes[partition] = part
+            # Precise mode: only the clock moves this call awaited the windows of.
+            targets = self._take_ticks(latest if self.config.precise else dict(self._ticks))
+            changes = {partition: _Changes() for partition in targets}
+            held = await self._fire_due(targets, changes)
+            for partition, target in targets.items():
+                if partition not in held:
+                    changes[partition].watermark = target
             await self._commit(changes)
             if self.config.precise:
                 for partition, part in changes.items():
                     if part.watermark is not None:
                         self._open_windows(partition, part.watermark)
-        # Every tick that did not move a clock — older, repeated, or one of
-        # several oscillators' copies of the same second — is a duplicate.
-        advanced = sum(1 for part in changes.values() if part.watermark is not None)
-        self.metrics.ticks.labels("advanced").inc(advanced)
-        self.metrics.ticks.labels("duplicate").inc(sum(received.values()) - advanced)
+        self.metrics.ticks.labels("advanced").inc(
+            sum(1 for part in changes.values() if part.watermark is not None)
+        )
+
+    def _take_ticks(self, upto: Mapping[int, int]) -> dict[int, int]:
+        """Claim the clock moves waiting in ``self._ticks`` for the partitions of ``upto``, each
+        up to its second there: partition → the second its clock may move to now."""
+        targets: dict[int, int] = {}
+        for partition, bound in sorted(upto.items()):
+            second = self._ticks.get(partition)
+            if second is None:
+                continue  # claimed by a call before
+            if second <= bound:
+                del self._ticks[partition]
+            else:
+                second = bound  # a later tick stays for the call that brought it
+            if not self._owns(partition):
+                continue  # revoked by a rebalance while the tick waited for the lock
+            target = self._trusted_second(partition, second)
+            if target is not None:
+                targets[partition] = target
+        return targets
 
     def _trusted_second(self, partition: int, second: int) -> int | None:
         """The second partition's clock may move to, or None for a no-op tick."""
@@ -366,38 +439,58 @@ class TimerEngine:
                 return None
         return second
 
-    async def _fire_due(self, partition: int, second: int, part: _Changes) -> bool:
-        """Fire the timers of ``partition`` due by ``second``; False if some must wait for a retry."""
-        table = self._tables(partition)
-        limit_ms = second * 1000
-        chunk = self.config.fire_chunk_size
-        # Timers kept for a retry stay at the head of the range; scan on past
-        # them so that one unavailable topic does not hold back the rest.
-        after: bytes | None = None
-        complete = True
+    async def _fire_due(self, targets: dict[int, int], changes: dict[int, _Changes]) -> set[int]:
+        """Fire the timers due in each partition by its target second (epoch s); returns the
+        partitions where some must wait for a retry (their clocks stay). Clock moves that
+        arrive meanwhile join (second mode): added to ``targets`` and ``changes``.
+
+        All partitions' timers go out as one stream in due order, not one partition
+        after another: the timers a tick made latest go first, wherever they live.
+        Each partition is read in pieces of its share of ``TIMERS_FIRE_CHUNK_SIZE``,
+        and timers are sent up to the point every partition was read to.
+        """
+        share = max(self.config.fire_chunk_size // max(len(targets), 1), 1)
+        scans = [
+            _DueScan(partition, self._tables(partition), second * 1000)
+            for partition, second in targets.items()
+        ]
+        held: set[int] = set()
+        parse = StoredTimer.FromString
         while True:
-            due = table.due_items(limit_ms, chunk, after=after)
-            if not due:
-                return complete
-            parse = StoredTimer.FromString
-            outcome = await self.dispatch.fire([(partition, parse(value)) for _, value in due], self._clock())
+            for scan in scans:
+                scan.read(share)
+            # Past the first last-read key of a partition that may hold more, some
+            # partition's timers are not in hand yet: they wait for the next round.
+            bound = min((scan.last for scan in scans if scan.more), default=None)
+            batch = sorted(item for scan in scans for item in scan.take(bound))  # runs merged: Timsort
+            if not batch:
+                return held
+            outcome = await self.dispatch.fire(((p, parse(value)) for _, p, value in batch), self._clock())
             await self.dispatch.deliver_dead_letters(outcome)
-            if len(outcome.done) == len(due):
-                part.records.extend([(key, None) for key, _ in due])
-            else:
-                part.records.extend([(due[i][0], None) for i in outcome.done])
-            part.pending_delta -= len(outcome.done)
+            done = batch if len(outcome.done) == len(batch) else [batch[i] for i in outcome.done]
+            for key, p, _ in done:
+                changes[p].records.append((key, None))
+            for p, count in Counter(p for _, p, _ in done).items():
+                changes[p].pending_delta -= count
             if outcome.transient:
+                # Kept in the table: the next tick retries them, and the scans here read on past them.
                 self.metrics.dispatch_retries.inc(len(outcome.transient))
-                complete = False
-                after = due[-1][0]
-            if len(due) < chunk:
-                return complete
-            # A large second: make this chunk durable before scanning on, so the
-            # table (and memory) never holds more than one chunk in flight.
-            await self._commit({partition: part})
-            part.records.clear()
-            part.pending_delta = 0
+                held.update(batch[i][1] for i in outcome.transient)
+            if not self.config.precise:
+                # The other partitions' ticks of this second often come a fetch later: they
+                # join this firing instead of waiting for all of it (and its commit) to end.
+                joined = self._take_ticks({p: s for p, s in self._ticks.items() if p not in targets})
+                for partition, second in joined.items():
+                    targets[partition] = self._joined[partition] = second
+                    changes[partition] = _Changes()
+                    scans.append(_DueScan(partition, self._tables(partition), second * 1000))
+            if any(scan.more for scan in scans):
+                # A large second: make this piece durable before reading on, so the
+                # table (and memory) never holds more than one chunk in flight.
+                await self._commit(changes)
+                for part in changes.values():
+                    part.records.clear()
+                    part.pending_delta = 0
 
     # -- precise mode ------------------------------------------------------------
 

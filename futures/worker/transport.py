@@ -63,6 +63,9 @@ class BulkRoute:
 
     request_topics: frozenset[str]
     ingest: Apply
+    tick_topic: str
+    #: Told of ticks as they are fetched (``TimerEngine.note_ticks``); they still go to their agent.
+    note_ticks: Callable[[Sequence[SourceRecord]], None]
     #: Requests per ``ingest`` call (``TIMERS_INGEST_BATCH_SIZE``).
     batch_size: int
 
@@ -93,7 +96,7 @@ def _records(batches: Iterable[tuple[TP, list[Any]]]) -> list[SourceRecord]:
 
 
 #: How long the embedded broker may hold a fetch with no new data (ms).
-EMBEDDED_FETCH_MAX_WAIT_MS = 100
+EMBEDDED_FETCH_MAX_WAIT_MS = 10
 
 
 class TimerConsumerThread(faust_aiokafka.AIOKafkaConsumerThread):
@@ -181,6 +184,9 @@ class TimerConsumer(faust_aiokafka.Consumer):
                 rest[tp] = batch
         # Anything else (ticks; table changelogs while recovering) takes Faust's path, first:
         # handing a tick to its agent is quick, and its agent fires beside the ingest below.
+        ticks = [(tp, batch) for tp, batch in rest.items() if tp.topic == route.tick_topic]
+        if ticks:
+            route.note_ticks(_records(ticks))
         for tp, record in self.scheduler.iterate(rest):
             if self.app.consumer_generation_id != generation:
                 break

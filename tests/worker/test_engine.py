@@ -540,6 +540,50 @@ def test_hot_second_fires_every_timer_once_in_bounded_chunks(make_rig):
     assert len([s for s in rig.changelog() if s.value is None]) == n
 
 
+@pytest.mark.parametrize("chunk", [3, 8, 20_000])
+def test_one_tick_fires_every_partitions_timers_in_due_order(make_rig, chunk):
+    # Fired one partition after another, the last partition's most overdue timers would wait
+    # for all the others': its p99 lateness is the time the whole second takes to go out.
+    rig = make_rig(fire_chunk_size=chunk)
+    due = {f"t{i:02d}": T_MS - (i * 37) % 1000 for i in range(40)}
+    rig.ingest(*(rig.request(tid, ms, partition=i % 4) for i, (tid, ms) in enumerate(due.items())))
+
+    rig.tick(T, partitions=(0, 1, 2, 3))
+    fired = rig.fired()
+    assert sorted(fired) == sorted(due)
+    assert [due[tid] for tid in fired] == sorted(due.values())
+    assert all(rig.table(p).watermark == T and rig.pending_ids(p) == [] for p in range(4))
+    per_flush: dict[int, int] = defaultdict(int)
+    for cb in rig.callbacks():
+        per_flush[cb.flush_no] += 1
+    assert max(per_flush.values()) <= chunk
+
+
+def test_a_tick_fetched_while_another_partition_fires_joins_that_firing(rig):
+    # One second's ticks often come in two fetches: the second fetch's partitions must
+    # not wait for the first's firing and commit to end.
+    rig.ingest(rig.request("p0", T_MS - 500, partition=0), rig.request("p1", T_MS - 900, partition=1))
+    late_tick = rig.tick_record(T, partition=1)
+
+    def fetch_meanwhile(topic: str) -> None:  # the transport fetches while callbacks are delivered
+        if topic == "orders":
+            rig.engine.note_ticks([late_tick])
+
+    rig.producer.fail = fetch_meanwhile
+    rig.now = T_MS + 10
+    rig.advance([rig.tick_record(T, partition=0)])
+    assert rig.fired() == ["p0", "p1"]  # both in the first call
+    assert rig.table(1).watermark == T
+    assert rig.ticks_counted("advanced") == 2
+
+    rig.producer.fail = lambda topic: None
+    rig.advance([late_tick])  # Faust's stream hands it over too: nothing left to do
+    assert rig.fired() == ["p0", "p1"]
+    assert rig.ticks_counted("duplicate") == 0
+    rig.tick(T)  # a second oscillator's copy
+    assert rig.ticks_counted("duplicate") == 1
+
+
 def test_timers_stuck_on_a_flaky_topic_do_not_starve_the_rest(make_rig):
     rig = make_rig(fire_chunk_size=2)
     rig.producer.fail = lambda topic: transient_error() if topic == "flaky" else None
