@@ -80,7 +80,7 @@ class ProfileSettings:
     * ``replication_factor``: Tansu has one broker.
     * ``short_fetch_wait``: Tansu holds a fetch for its full max wait even when
       data arrives (Faust's is 1.5 s, which delayed ticks); the worker consumes
-      through a transport with a 100 ms wait instead.
+      through a transport with a 10 ms wait instead.
     * ``static_membership``: whether ``TIMERS_INSTANCE_ID`` is sent as
       ``group.instance.id``. Tansu 0.6.0 drops a static member right after its
       first sync, and its group never forms again once a member is killed.
