@@ -57,7 +57,8 @@ from ktimers.wire import (
 log = logging.getLogger(__name__)
 
 Kind = TimerEvent.Kind
-#: Precise mode: timers staged by ingest between two chances for the sending window to run.
+#: Precise mode: timers staged by ingest, or read by a window opening, between two chances for the
+#: sending windows to run.
 _WINDOW_YIELD_EVERY = 200
 #: Precise mode: timers a window sends between two settlements (delivery checked, events, deletion).
 _WINDOW_SETTLE_EVERY = 500
@@ -395,7 +396,7 @@ class TimerEngine:
             if self.config.precise:
                 for partition, part in changes.items():
                     if part.watermark is not None:
-                        self._open_windows(partition, part.watermark)
+                        await self._open_windows(partition, part.watermark)
         self.metrics.ticks.labels("advanced").inc(
             sum(1 for part in changes.values() if part.watermark is not None)
         )
@@ -494,15 +495,28 @@ class TimerEngine:
 
     # -- precise mode ------------------------------------------------------------
 
-    def _open_windows(self, partition: int, second: int) -> None:
+    async def _open_windows(self, partition: int, second: int) -> None:
         """Open windows ``second + 1`` and ``second + 2`` where they are not open (called under
-        the lock, the watermark at ``second``): each is sending a second before its timers are due."""
+        the lock, the watermark at ``second``): each is sending a second before its timers are due.
+
+        The scan goes in slices, letting the open windows send between them: a second of
+        10 k timers takes tens of milliseconds to read, longer than a timer may wait.
+        """
         table = self._tables(partition)
+        most = self._windows.max_timers
         for window in (second + 1, second + 2):
             if self._windows.is_open(partition, window):
                 continue
-            due = table.due_items(window * 1000, self._windows.max_timers, from_ms=(window - 1) * 1000 + 1)
-            items = [(due_of_key(key), key, value) for key, value in due]
+            items: list[Item] = []
+            after: bytes | None = None
+            while True:
+                count = min(_WINDOW_YIELD_EVERY, most - len(items))
+                due = table.due_items(window * 1000, count, after=after, from_ms=(window - 1) * 1000 + 1)
+                items.extend([(due_of_key(key), key, value) for key, value in due])
+                if len(due) < count or len(items) >= most:
+                    break
+                after = due[-1][0]
+                await asyncio.sleep(0)
             self._windows.open(partition, window, items, self._send_window)
 
     async def _send_window(self, window: Window) -> None:

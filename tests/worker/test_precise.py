@@ -161,3 +161,33 @@ def test_a_timer_accepted_after_its_window_opened_joins_it_and_a_new_version_rep
         asyncio.run(scenario())
     finally:
         rig.close()
+
+
+def test_a_window_larger_than_a_scan_slice_sends_every_timer_once_at_its_millisecond(tmp_path: Path) -> None:
+    # A window's opening scan reads in slices (the open windows send between them): the
+    # slices must join up, nothing read twice or skipped.
+    rig = _precise_rig(tmp_path)
+    engine = rig.engine
+
+    async def scenario() -> None:
+        s = await _early_in_a_second()
+        window = (s + 2) * 1000
+        due = {f"t{i:04d}": window - 999 + (i * 7) % 999 for i in range(1_000)}
+        await engine.ingest([rig.request(i, d) for i, d in due.items()])
+        await engine.advance([rig.tick_record(s)])  # opens windows s + 1 and s + 2
+        await _sleep_until(window + 50)
+        await engine.advance([rig.tick_record(s + 1)])
+        await engine.advance([rig.tick_record(s + 2)])
+
+        sent = _sent(rig)
+        assert set(sent) == set(due)
+        assert all(len(times) == 1 for times in sent.values()), "a timer went out twice"
+        lateness = sorted(fired - due[timer_id] for timer_id, [fired] in sent.items())
+        assert lateness[0] >= 0, "early"
+        assert lateness[-1] < 250, f"{lateness[-1]} ms late (left for the tick?)"
+        assert rig.pending_ids() == []
+
+    try:
+        asyncio.run(scenario())
+    finally:
+        rig.close()
