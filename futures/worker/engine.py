@@ -4,8 +4,10 @@
   writes them to the partition tables (schedule, replace, cancel), or fires
   them at once when their due time has already passed the partition's watermark.
 * :meth:`TimerEngine.advance` takes a batch of ticks; for each partition whose
-  clock moved to second s it fires every timer due by s (one range scan), then
-  deletes them and moves the watermark to s.
+  clock moved to second s it fires every timer due by s (one range scan; all
+  partitions' timers as one stream in due order), then deletes them and moves
+  the watermark to s. Ticks are noted as soon as they are fetched
+  (:meth:`TimerEngine.note_ticks`), so that they need not wait for requests.
 * What goes out besides the changelog — callbacks, `timer-events`, dead
   letters — is :mod:`futures.worker.dispatch`'s; precise mode's per-millisecond
   windows are :mod:`futures.worker.windows`'.
@@ -165,6 +167,10 @@ class TimerEngine:
         ``fire_chunk_size`` timers the records parsed so far are made durable,
         so one call never holds more than that in memory.
         """
+        if self._ticks and not self.config.precise:
+            # Ticks fetched with these requests (note_ticks) fire first: a tick must not wait
+            # for a step of requests, nor for Faust's stream to hand it over.
+            await self._fire_ticks({})
         async with self._lock:
             records = self._owned(records)
             now = self._clock()
@@ -341,9 +347,10 @@ class TimerEngine:
     def note_ticks(self, ticks: Sequence[SourceRecord]) -> None:
         """Ticks as soon as they are fetched, before Faust's stream hands them to :meth:`advance`.
 
-        One second's ticks of several partitions often come in two fetches with an
-        ingest step between them; noted here, the later ones join the firing of the
-        earlier ones (second mode) instead of waiting for all of it to end.
+        Second mode: the next :meth:`ingest` fires them before its requests, and a firing
+        under way takes them along (one second's ticks of several partitions often come
+        in two fetches), so a tick waits neither for a step of requests nor for another
+        partition's firing.
         """
         for record in ticks:
             second, _ = decode_tick(record.key, record.value)
@@ -384,9 +391,17 @@ class TimerEngine:
         for partition, second in latest.items():
             if second > self._ticks.get(partition, -1):
                 self._ticks[partition] = second
+        await self._fire_ticks(latest)
+
+    async def _fire_ticks(self, own: Mapping[int, int]) -> None:
+        """Move the clocks the waiting ticks say (``self._ticks``), firing what comes due.
+
+        ``own``: the ticks of the calling :meth:`advance` (none for ingest). In precise mode only
+        those: their windows were awaited. A tick claimed here that is not the caller's own
+        is remembered, so that its arrival through :meth:`advance` is not counted a duplicate.
+        """
         async with self._lock:
-            # Precise mode: only the clock moves this call awaited the windows of.
-            targets = self._take_ticks(latest if self.config.precise else dict(self._ticks))
+            targets = self._take_ticks(own if self.config.precise else dict(self._ticks), own)
             changes = {partition: _Changes() for partition in targets}
             held = await self._fire_due(targets, changes)
             for partition, target in targets.items():
@@ -401,7 +416,7 @@ class TimerEngine:
             sum(1 for part in changes.values() if part.watermark is not None)
         )
 
-    def _take_ticks(self, upto: Mapping[int, int]) -> dict[int, int]:
+    def _take_ticks(self, upto: Mapping[int, int], own: Mapping[int, int]) -> dict[int, int]:
         """Claim the clock moves waiting in ``self._ticks`` for the partitions of ``upto``, each
         up to its second there: partition → the second its clock may move to now."""
         targets: dict[int, int] = {}
@@ -413,6 +428,8 @@ class TimerEngine:
                 del self._ticks[partition]
             else:
                 second = bound  # a later tick stays for the call that brought it
+            if own.get(partition) != second:
+                self._joined[partition] = second
             if not self._owns(partition):
                 continue  # revoked by a rebalance while the tick waited for the lock
             target = self._trusted_second(partition, second)
@@ -480,9 +497,9 @@ class TimerEngine:
             if not self.config.precise:
                 # The other partitions' ticks of this second often come a fetch later: they
                 # join this firing instead of waiting for all of it (and its commit) to end.
-                joined = self._take_ticks({p: s for p, s in self._ticks.items() if p not in targets})
+                joined = self._take_ticks({p: s for p, s in self._ticks.items() if p not in targets}, {})
                 for partition, second in joined.items():
-                    targets[partition] = self._joined[partition] = second
+                    targets[partition] = second
                     changes[partition] = _Changes()
                     scans.append(_DueScan(partition, self._tables(partition), second * 1000))
             if any(scan.more for scan in scans):

@@ -36,6 +36,7 @@ Registered as ``faust.transports`` entry points: ``timers://`` (any Kafka) and
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import weakref
 from collections import deque
@@ -201,7 +202,10 @@ class TimerConsumer(faust_aiokafka.Consumer):
         if self.app.consumer_generation_id != generation:
             return  # fetched before a rebalance: not acked, so read again by whoever owns them now
         try:
-            await apply(_records(batches))
+            # Shielded: a stop cancels the fetcher that runs this. A step cut between its
+            # changelog records and its progress record would be applied again by the next
+            # owner, and a timer it holds that has fired meanwhile would fire again.
+            await asyncio.shield(apply(_records(batches)))
         except Exception as exc:
             # Nothing of the batch was acked; stop the worker so it restarts and
             # reads the batch again, instead of skipping it.
