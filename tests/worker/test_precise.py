@@ -175,6 +175,7 @@ def test_a_window_larger_than_a_scan_slice_sends_every_timer_once_at_its_millise
         due = {f"t{i:04d}": window - 999 + (i * 7) % 999 for i in range(1_000)}
         await engine.ingest([rig.request(i, d) for i, d in due.items()])
         await engine.advance([rig.tick_record(s)])  # opens windows s + 1 and s + 2
+        opened = wall_clock_ms()  # on a busy machine, maybe after some of them were due
         await _sleep_until(window + 50)
         await engine.advance([rig.tick_record(s + 1)])
         await engine.advance([rig.tick_record(s + 2)])
@@ -182,9 +183,10 @@ def test_a_window_larger_than_a_scan_slice_sends_every_timer_once_at_its_millise
         sent = _sent(rig)
         assert set(sent) == set(due)
         assert all(len(times) == 1 for times in sent.values()), "a timer went out twice"
-        lateness = sorted(fired - due[timer_id] for timer_id, [fired] in sent.items())
-        assert lateness[0] >= 0, "early"
-        assert lateness[-1] < 250, f"{lateness[-1]} ms late (left for the tick?)"
+        assert min(fired - due[timer_id] for timer_id, [fired] in sent.items()) >= 0, "early"
+        # Sent by the window (within its second), not left for the tick after it.
+        waited = max(fired - max(due[timer_id], opened) for timer_id, [fired] in sent.items())
+        assert waited < 250, f"{waited} ms after due or the window's opening (left for the tick?)"
         assert rig.pending_ids() == []
 
     try:
