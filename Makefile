@@ -12,7 +12,7 @@ SHELL := bash
 .DEFAULT_GOAL := help
 .DELETE_ON_ERROR:
 
-.PHONY: help venv install constraints proto lint test run broker topics clean distclean redis bench bench-full failover bench-jobs
+.PHONY: help venv install constraints proto lint test run broker topics clean distclean redis bench bench-full bench-capacity failover bench-jobs
 .PHONY: java compact replay report
 .PHONY: helm-lint promtool
 .PHONY: browser
@@ -61,6 +61,9 @@ bench: $(STAMP) redis ## measure 3 times (~20 min): docs/BENCHMARKS.md, docs/ben
 
 bench-full: $(STAMP) redis ## the large sizes: a 1 M-timer hot second, 10 M pending timers (long)
 	$(BIN)/python -m bench --profile full
+
+bench-capacity: $(STAMP) ## one worker from few to 10 M pending timers: RSS and hot-second rate, docs/bench/capacity.md (~15 min)
+	$(BIN)/python -m bench.capacity $(ARGS)
 
 failover: $(STAMP) ## SIGKILL a worker: seconds until its partitions fire again (docs/FAILOVER.md, ~3 min)
 	$(BIN)/python -m bench.failover $(ARGS)
