@@ -119,7 +119,8 @@ class Manifest:
 
 def with_due_date(pending: DataFrame) -> DataFrame:
     """The snapshot columns, ``due_date`` (the UTC day, a directory ``due_date=yyyy-MM-dd``) of ``due_ms``."""
-    # A date, not its text: the writer sorts every task's timers by it, and a date sorts as one
+    # A date, not its text: a writer that meets more due dates than it keeps files open for
+    # (session.CONCURRENT_WRITERS) sorts the rest of its timers by it, and a date sorts as one
     # integer where "2026-11-23" shares its first eight bytes with every other day of the month.
     dated = pending.withColumn("due_date", F.to_date(F.timestamp_millis(F.col("due_ms"))))
     return dated.select(*SNAPSHOT_COLUMNS)
