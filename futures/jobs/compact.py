@@ -29,7 +29,6 @@ from datetime import UTC, datetime
 
 from confluent_kafka import Consumer, KafkaException, TopicPartition
 from confluent_kafka.admin import AdminClient
-from pyspark import StorageLevel
 from pyspark.sql import DataFrame, Observation, SparkSession
 from pyspark.sql import functions as F
 
@@ -61,6 +60,8 @@ from futures.jobs.versions import (
     count_columns,
     count_events,
     counts_of,
+    event_count_columns,
+    events_of,
 )
 
 log = logging.getLogger("futures.jobs.compact")
@@ -96,6 +97,9 @@ class Compaction:
     classified: DataFrame  # every request row with its status (versions.classify)
     events: DataFrame  # decoded events
     pending: DataFrame  # the pending timers, snapshot columns
+    #: Counts the events as the classification reads them (versions.event_count_columns): ready
+    #: after the first action on ``classified``.
+    events_seen: Observation | None = None
 
 
 @dataclass(frozen=True)
@@ -223,9 +227,10 @@ def compaction(
     """
     if base is not None:
         requests = requests.unionByName(base_requests(base))
-    classified = classify(requests, events, topics)
+    events_seen = Observation()  # a name of its own: a base may be a compaction too
+    classified = classify(requests, events.observe(events_seen, *event_count_columns()), topics)
     pending = classified.filter(F.col("status") == PENDING).select(*SNAPSHOT_COLUMNS[:-1])
-    return Compaction(classified, events, pending)
+    return Compaction(classified, events, pending, events_seen)
 
 
 # -- load --------------------------------------------------------------------
@@ -237,47 +242,45 @@ def load(
     """Count, write the snapshot, then publish and truncate if asked."""
     started = time.monotonic()
     common = config.common
-    # The events are read by both joins of the classification and counted: read and decode them once.
-    # The requests are read once, by the pass that writes the snapshot, and counted on the way
-    # (DataFrame.observe); only a possible event loss takes a pass of its own, before writing.
-    events = compaction.events.persist(StorageLevel.MEMORY_AND_DISK)
-    try:
-        with step(f"reading {extracted.plan.event_records:,} events"):
-            events_counts = count_events(events)
-        unchecked = 0
-        if extracted.event_loss is not None:
-            with step("counting the pending timers whose FIRED event may be gone"):
-                unchecked = count_unchecked(compaction.classified, extracted.event_loss)
-            check_event_loss(extracted.event_loss, unchecked, options.accept_event_loss)
-        observation = Observation("compaction")
-        observed = compaction.classified.observe(observation, *count_columns())
-        pending = observed.filter(F.col("status") == PENDING).select(*SNAPSHOT_COLUMNS[:-1])
-        with step(f"reading, classifying and writing the pending timers of {describe(extracted.plan)}"):
-            snapshot.write_timers(pending, options.out, options.overwrite)
-        counts = counts_of(observation.get, events_counts)
-        if counts is None:  # an invalid record with a reason of its own: count them one by one
-            with step("counting the invalid records by reason"):
-                counts = count(compaction.classified, events)
-        manifest = Manifest.of(
-            extracted.plan,
-            common.kafka.bootstrap_servers,
-            common.topics.request,
-            common.topics.events,
-            counts.pending,
-            {**counts.as_dict(), "unchecked": unchecked},
-            options.base,
-        )
-        snapshot.write_manifest(compaction.classified.sparkSession, manifest, options.out)
-        published = 0
-        if options.publish:
-            with step(f"publishing {counts.pending:,} pending timers to {options.publish}"):
-                # From the snapshot just written, not the log: nothing is read or classified again.
-                _, written = snapshot.read(compaction.classified.sparkSession, options.out)
-                timers = written.select(*SNAPSHOT_COLUMNS[:-1])
-                write_records(request_records(timers, options.publish, keep_partitions=True), common)
-                published = counts.pending
-    finally:
-        events.unpersist()
+    # The requests and the events are read once, by the pass that writes the snapshot, and counted
+    # on the way (DataFrame.observe); only a possible event loss takes a pass of its own, before
+    # writing (the events are then counted in that pass: the first action fills an Observation).
+    unchecked = 0
+    if extracted.event_loss is not None:
+        with step("counting the pending timers whose FIRED event may be gone"):
+            unchecked = count_unchecked(compaction.classified, extracted.event_loss)
+        check_event_loss(extracted.event_loss, unchecked, options.accept_event_loss)
+    observation = Observation("compaction")
+    observed = compaction.classified.observe(observation, *count_columns())
+    pending = observed.filter(F.col("status") == PENDING).select(*SNAPSHOT_COLUMNS[:-1])
+    with step(f"reading, classifying and writing the pending timers of {describe(extracted.plan)}"):
+        snapshot.write_timers(pending, options.out, options.overwrite)
+    events_counts = events_seen(compaction)
+    if events_counts is None:
+        with step(f"counting {extracted.plan.event_records:,} events"):
+            events_counts = count_events(compaction.events)
+    counts = counts_of(observation.get, events_counts)
+    if counts is None:  # an invalid record with a reason of its own: count them one by one
+        with step("counting the invalid records by reason"):
+            counts = count(compaction.classified, compaction.events)
+    manifest = Manifest.of(
+        extracted.plan,
+        common.kafka.bootstrap_servers,
+        common.topics.request,
+        common.topics.events,
+        counts.pending,
+        {**counts.as_dict(), "unchecked": unchecked},
+        options.base,
+    )
+    snapshot.write_manifest(compaction.classified.sparkSession, manifest, options.out)
+    published = 0
+    if options.publish:
+        with step(f"publishing {counts.pending:,} pending timers to {options.publish}"):
+            # From the snapshot just written, not the log: nothing is read or classified again.
+            _, written = snapshot.read(compaction.classified.sparkSession, options.out)
+            timers = written.select(*SNAPSHOT_COLUMNS[:-1])
+            write_records(request_records(timers, options.publish, keep_partitions=True), common)
+            published = counts.pending
     truncated: tuple[tuple[str, int, int], ...] = ()
     if options.truncate:
         with step("truncating the request topics below the compacted offsets"):
@@ -285,6 +288,19 @@ def load(
     return CompactResult(
         manifest, counts, time.monotonic() - started, published, truncated, extracted.event_loss, unchecked
     )
+
+
+def events_seen(compaction: Compaction) -> tuple[int, int] | None:
+    """(events read, undecodable) as the classification counted them, after an action on it; None
+    when it holds no counts: Spark dropped the events from the plan it ran (when one side of the
+    join is known to be empty), and only a pass of their own can count them."""
+    if compaction.events_seen is None:
+        return None
+    try:
+        metrics = compaction.events_seen.get
+    except Exception:  # noqa: BLE001 - Py4JJavaError (an assertion on the empty metrics row)
+        return None
+    return events_of(metrics) if set(metrics) >= {"events:read", "events:bad"} else None
 
 
 def count_unchecked(classified: DataFrame, loss: EventLoss | None) -> int:

@@ -105,18 +105,23 @@ class RequestRows:
         formats = limits.topics.ingress_formats
         self._native = frozenset(topic for topic, fmt in formats.items() if fmt is IngressFormat.NATIVE)
         self._columns: list[list[Any]] = [[] for _ in _REQUEST_ARROW]
+        # Rows of the fast path, by topic partition (add_messages): only the columns that vary.
+        self._fast: list[_FastRun] = []
+        self._fast_rows = 0
 
     def __len__(self) -> int:
-        return len(self._columns[2])
+        return len(self._columns[2]) + self._fast_rows
 
     def add_messages(self, topic: str, partition: int, messages: Iterable[Message]) -> None:
         """Records of one topic partition as confluent-kafka consumed them (no error events)."""
         # The loop every record of a compaction goes through: plain locals, no call per record
-        # but the decoding itself.
+        # but the decoding itself, and an append only for the columns that differ from row to
+        # row (topic, partition, idx and reason are the same for every row of the fast path,
+        # and the kind follows from due_ms: batch() makes those columns).
         context = self._context
         native = topic in self._native
-        (topics, partitions, offsets, idxs, stamps, kinds, ids, dues, callbacks, futures,
-         reasons) = (c.append for c in self._columns)  # fmt: skip
+        run = _FastRun(topic, partition)
+        offsets, stamps, ids, dues, callbacks, futures = (c.append for c in run.columns)
         for msg in messages:
             # None when a header key is not UTF-8: the record is then judged without its headers,
             # as the worker's read-back (futures/worker/gaps.py) does.
@@ -129,26 +134,23 @@ class RequestRows:
             if found is None:
                 self._parse(SourceRecord(topic, partition, offset, msg.key(), value, headers or (), stamp_ms))
                 continue
-            topics(topic)
-            partitions(partition)
             offsets(offset)
-            idxs(0)
             stamps(stamp_ms)
-            reasons(None)
             if isinstance(found, str):
-                kinds(CANCEL)
                 ids(found)
                 dues(None)
                 callbacks(None)
                 futures(None)
             else:
-                kinds(SCHEDULE)
                 ids(found.id)
                 dues(found.due_ms)
                 callbacks(found.callBackTopic)
                 # fast_parse only answers for a Future that names its id and due_ms: the
                 # value is the normalised Future already, no need to serialize it again.
                 futures(value)
+        if run.columns[0]:
+            self._fast.append(run)
+            self._fast_rows += len(run.columns[0])
 
     def add(
         self,
@@ -186,7 +188,44 @@ class RequestRows:
             schema=_REQUEST_ARROW,
         )
         self._columns = [[] for _ in _REQUEST_ARROW]
-        return batch
+        runs = [run.batch() for run in self._fast]
+        self._fast, self._fast_rows = [], 0
+        if not runs:
+            return batch
+        return pa.concat_batches([*runs, batch] if batch.num_rows else runs)
+
+
+class _FastRun:
+    """Fast-path rows of one topic partition: offset, timestamp, timer id, due_ms, callback topic
+    and Future (a cancel has no due_ms, callback topic nor Future)."""
+
+    __slots__ = ("columns", "partition", "topic")
+
+    def __init__(self, topic: str, partition: int) -> None:
+        self.topic = topic
+        self.partition = partition
+        self.columns: tuple[list[Any], ...] = ([], [], [], [], [], [])
+
+    def batch(self) -> pa.RecordBatch:
+        offsets, stamps, ids, dues, callbacks, futures = self.columns
+        n = len(offsets)
+        due = pa.array(dues, pa.int64())
+        return pa.RecordBatch.from_arrays(
+            [
+                pa.repeat(pa.scalar(self.topic, pa.string()), n),
+                pa.repeat(pa.scalar(self.partition, pa.int32()), n),
+                pa.array(offsets, pa.int64()),
+                pa.repeat(pa.scalar(0, pa.int32()), n),
+                pa.array(stamps, pa.int64()),
+                pc.if_else(pc.is_null(due), CANCEL, SCHEDULE),
+                pa.array(ids, pa.string()),
+                due,
+                pa.array(callbacks, pa.string()),
+                pa.array(futures, pa.binary()),
+                pa.nulls(n, pa.string()),
+            ],
+            schema=_REQUEST_ARROW,
+        )
 
 
 def _row(record: SourceRecord, idx: int, request: Request) -> tuple[Any, ...]:

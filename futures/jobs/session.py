@@ -48,6 +48,22 @@ _LOCAL_TASK_SIZE = {
 }
 
 
+# A batch job wants throughput from its collector: G1's write barriers and concurrent refinement
+# cost ~10 % of a compaction's CPU on two cores (measured at 3 M records: 44 against 49 s), and its
+# short pauses buy nothing here. Only for local masters, whose one JVM this process starts; a
+# cluster's executors are configured by whoever runs it (spark.executor.extraJavaOptions).
+_LOCAL_JVM = {"spark.driver.extraJavaOptions": "-XX:+UseParallelGC"}
+
+#: Snapshots are written partitioned by due date. Spark's planned write sorts each task's rows by the
+#: partition column before writing; with concurrent writers a task keeps one file open per due date
+#: it meets (up to this many, then it sorts the rest) and writes the rows in the order they come.
+CONCURRENT_WRITERS = 32
+_UNSORTED_WRITES = {
+    "spark.sql.optimizer.plannedWrite.enabled": "false",
+    "spark.sql.maxConcurrentOutputFileWriters": str(CONCURRENT_WRITERS),
+}
+
+
 @dataclass(frozen=True)
 class SparkSettings:
     master: str | None = DEFAULT_MASTER  # None: spark-submit's
@@ -77,6 +93,8 @@ def build_session(settings: SparkSettings) -> SparkSession:
         "spark.ui.showConsoleProgress": str(settings.progress).lower(),
         **({"spark.driver.bindAddress": "127.0.0.1", "spark.driver.host": "127.0.0.1"} if local else {}),
         **(_LOCAL_TASK_SIZE if local else {}),
+        **(_LOCAL_JVM if local else {}),
+        **_UNSORTED_WRITES,
         **(
             {"spark.sql.shuffle.partitions": str(settings.shuffle_partitions)}
             if settings.shuffle_partitions

@@ -119,7 +119,8 @@ class Manifest:
 
 def with_due_date(pending: DataFrame) -> DataFrame:
     """The snapshot columns, ``due_date`` (the UTC day, a directory ``due_date=yyyy-MM-dd``) of ``due_ms``."""
-    # A date, not its text: the writer sorts every task's timers by it, and a date sorts as one
+    # A date, not its text: a writer that meets more due dates than it keeps files open for
+    # (session.CONCURRENT_WRITERS) sorts the rest of its timers by it, and a date sorts as one
     # integer where "2026-11-23" shares its first eight bytes with every other day of the month.
     dated = pending.withColumn("due_date", F.to_date(F.timestamp_millis(F.col("due_ms"))))
     return dated.select(*SNAPSHOT_COLUMNS)
@@ -142,6 +143,9 @@ def write_timers(pending: DataFrame, path: str, overwrite: bool = False) -> None
             # Parquet tries a dictionary for every column until it outgrows a page; for a column
             # whose values (nearly) never repeat that is a hash lookup a value, for nothing.
             writer = writer.option(f"parquet.enable.dictionary#{column}", "false")
+        # Min/max statistics of the serialized Futures compare ~140 bytes a timer and serve no
+        # filter: nobody selects timers by the bytes of their Future.
+        writer = writer.option("parquet.column.statistics.enabled#future", "false")
         writer.parquet(f"{path}/{TIMERS_DIR}")
     except AnalysisException as exc:
         if "already exists" in str(exc).lower() or "PATH_ALREADY_EXISTS" in str(exc):

@@ -8,7 +8,7 @@ import random
 from pyspark.sql import Observation, SparkSession
 from pyspark.sql import functions as F
 
-from futures.jobs.compact import transform
+from futures.jobs.compact import events_seen, transform
 from futures.jobs.config import JobConfig
 from futures.jobs.versions import PENDING, count, count_columns, count_events, counts_of
 from ktimers.config import CommonConfig, IngressFormat, TopicsConfig
@@ -105,3 +105,17 @@ def test_compaction_equals_the_record_by_record_oracle(spark: SparkSession) -> N
     assert dict(counts.invalid) == dict(expected.invalid)
     assert counts.read == sum(s.values())
     assert (counts.events_read, counts.events_invalid) == expected.events
+
+
+def test_events_are_counted_by_the_pass_that_classifies(spark: SparkSession) -> None:
+    """The events read for the classification are counted on the way; where Spark drops them from
+    the plan (nothing to classify), there is no count, and the job counts them in a pass of their own."""
+    main, extra, events = crafted_log()
+    expected = oracle.compact(main.rows + extra.rows, events.log.rows, PARSE)
+    compaction = transform(main.df(spark).unionByName(extra.df(spark)), events.df(spark), PARSE)
+    compaction.pending.write.format("noop").mode("overwrite").save()
+    assert events_seen(compaction) == count_events(compaction.events) == expected.events
+
+    nothing = transform(Log().df(spark), events.df(spark), PARSE)
+    nothing.pending.write.format("noop").mode("overwrite").save()
+    assert events_seen(nothing) is None
