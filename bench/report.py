@@ -364,6 +364,29 @@ def _notes(runs: Runs) -> list[str]:
     return notes
 
 
+#: Reports measured by their own commands, whose first table this report repeats: (file, heading).
+APART = (
+    ("jobs.md", "Spark compaction of a 10 M-record log (`make bench-jobs`)"),
+    ("capacity.md", "One worker from few to 10 M pending timers (`make bench-capacity`)"),
+)
+
+
+def measured_apart(out_dir: Path) -> list[str]:
+    """The run line and first table of each report under ``out_dir/bench`` measured apart."""
+    lines: list[str] = []
+    for name, heading in APART:
+        path = out_dir / PLOT_DIR / name
+        if not path.exists():
+            continue
+        text = path.read_text().splitlines()
+        run = next((line for line in text if line.startswith("Run on ")), "")
+        start = next((i for i, line in enumerate(text) if line.startswith("|")), len(text))
+        end = next((i for i in range(start, len(text)) if not text[i].startswith("|")), len(text))
+        more = f"More: [bench/{name}](bench/{name})."
+        lines += [f"### {heading}", "", run, "", *text[start:end], "", more, ""]
+    return lines
+
+
 def write(runs: Runs, out_dir: Path) -> Path:
     """Write ``BENCHMARKS.md`` and the plots under ``out_dir``; return the report's path."""
     first = runs[0]
@@ -443,6 +466,7 @@ def write(runs: Runs, out_dir: Path) -> Path:
         "",
         *capacity_table(runs),
         "",
+        *measured_apart(out_dir),
         "## Targets",
         "",
         *targets_section(runs),

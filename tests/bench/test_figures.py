@@ -107,3 +107,19 @@ def test_targets_give_verdicts_and_gaps_from_the_median():
     # Nothing of precise mode or 10 M pending was run: not measured, never met.
     assert verdicts["Precise mode, steady 10 k/s: p99 at the receiver ≤ 25 ms"].status == NOT_MEASURED
     assert verdicts["10 M pending: worker RSS ≤ 300 MB"].status == NOT_MEASURED
+
+
+def test_the_report_repeats_the_first_table_of_the_reports_measured_apart(tmp_path):
+    from bench.report import measured_apart
+
+    (tmp_path / "bench").mkdir()
+    (tmp_path / "bench" / "jobs.md").write_text(
+        "# Spark jobs\n\nRun on today: `python -m bench.jobs`.\n\n| master | rate |\n|---|---|\n"
+        "| local[2] | **143 k/s** |\n\nMore text.\n\n| other | table |\n|---|---|\n"
+    )
+    lines = measured_apart(tmp_path)
+    assert "Run on today: `python -m bench.jobs`." in lines
+    assert "| local[2] | **143 k/s** |" in lines
+    assert "| other | table |" not in lines  # only the first table
+    assert "More: [bench/jobs.md](bench/jobs.md)." in lines
+    assert not any("capacity" in line for line in lines)  # not measured: no section
