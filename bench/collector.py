@@ -80,12 +80,13 @@ def collect(topic: str, partitions: int, expect: int, deadline: float, out: Path
         while len(received) < expect and time.time() < deadline and not stop.requested:
             # consume(n, timeout) waits out its timeout unless n records came: a trickle of
             # callbacks (precise mode) would be stamped up to that late. poll() returns with
-            # the first record; the rest already fetched are taken without waiting.
+            # the first record; the rest already fetched are taken without waiting. Stamped
+            # after both: a record taken by the second call may have come after the first.
             first = consumer.poll(0.05)
             if first is None:
                 continue
-            now_ms = time.time_ns() // 1_000_000
             batch = [first, *consumer.consume(10_000, timeout=0)]
+            now_ms = time.time_ns() // 1_000_000
             for msg in batch:
                 if msg.error() is not None:
                     continue
