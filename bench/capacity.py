@@ -89,7 +89,6 @@ def measure(targets: list[int], hot: int, repeat: int, work: Path) -> list[Step]
 
 
 def report(steps: list[Step], hot: int, command: str) -> str:
-    base = statistics.median(steps[0].rates)
     when = datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC")
     lines = [
         "# Capacity: one worker as pending timers grow",
@@ -98,21 +97,25 @@ def report(steps: list[Step], hot: int, command: str) -> str:
         f"batched requests up to each size, then a hot second of {hot:,} timers fired at each size "
         f"({len(steps[0].rates)} times; median, then each run). Rate: callbacks per second of the hot "
         "second, as `make bench` measures it. Load: the 1/5/15-minute load average before → after the "
-        "hot seconds; above the core count, other processes shared the machine.",
+        "hot seconds; above the core count, other processes shared the machine (right after a large "
+        "load, RocksDB is still compacting what it took in, in the worker's own background threads).",
         "",
-        "| pending | loaded in | worker RSS | RocksDB on disk | broker RSS | hot second | vs. few pending "
-        "| last callback after due | early | load |",
+        "| pending | loaded in | worker RSS | RocksDB on disk | broker RSS | hot second "
+        "| vs. the size before | last callback after due | early | load |",
         "|---|---|---|---|---|---|---|---|---|---|",
     ]
+    before: float | None = None
     for s in steps:
         rate = statistics.median(s.rates)
+        ratio = "—" if before is None else f"{rate / before:.0%}"
+        before = rate
         runs = ", ".join(f"{r:,.0f}" for r in s.rates)
         broker = "—" if s.broker_gb is None else f"{s.broker_gb:.1f} GB"
         loaded = "—" if not s.load_s else f"{s.load_s:.0f} s"
         last = ", ".join(f"{m:,.0f}" for m in s.last_ms)
         lines.append(
             f"| {s.pending:,} | {loaded} | {s.rss_mb:,.0f} MB | {s.data_gb:.2f} GB | {broker} "
-            f"| **{rate:,.0f}/s** ({runs}) | {rate / base:.0%} | {last} ms | {s.early} | {s.load_avg} |"
+            f"| **{rate:,.0f}/s** ({runs}) | {ratio} | {last} ms | {s.early} | {s.load_avg} |"
         )
     lines += ["", "Regenerate: `make bench-capacity` (`ARGS='--pending 1000000'` for a quicker run).", ""]
     return "\n".join(lines)
