@@ -87,7 +87,8 @@ def _below_capacity_target(
         if not caps or min(c.pending for c in caps) >= CAPACITY_TARGET:
             return None
         value = spread(runs, shown).show(fmt)
-        return f"{value} {what} at {caps[0].pending:,} pending; the target is for 10 M (`make bench-full`)"
+        where = "`make bench-capacity`, above when measured, or `make bench-full`"
+        return f"{value} {what} at {caps[0].pending:,} pending; the target is for 10 M ({where})"
 
     return why
 
