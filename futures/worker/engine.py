@@ -502,6 +502,8 @@ class TimerEngine:
                     targets[partition] = second
                     changes[partition] = _Changes()
                     scans.append(_DueScan(partition, self._tables(partition), second * 1000))
+                # Shares of the chunk for the partitions in hand now: what is read stays about a chunk.
+                share = max(self.config.fire_chunk_size // len(scans), 1)
             if any(scan.more for scan in scans):
                 # A large second: make this piece durable before reading on, so the
                 # table (and memory) never holds more than one chunk in flight.
