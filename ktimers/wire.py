@@ -185,25 +185,25 @@ def decode_events(
     return [TimerEvent.FromString(value or b"")]
 
 
-def callback_headers(timer: StoredTimer, fired_ms: int) -> list[tuple[str, bytes]]:
-    """Headers of a timer's callback record: the user's, then ours (``fired_ms``: epoch ms).
+def callback_headers(timer: StoredTimer, fired: bytes) -> list[tuple[str, bytes]]:
+    """Headers of a timer's callback record: the user's, then ours (``fired``: the dispatch
+    time, epoch ms in decimal, as ``kt-fired-ms`` carries it).
 
     Ours come last, and readers take the last value of a repeated header, so a
     user header cannot forge them (the client also refuses ``kt-*`` names).
     """
     future = timer.future
     # Runs once per fired timer: most timers carry no headers and no token.
+    ours = [(H_ID, future.id.encode()), (H_DUE_MS, str(future.due_ms).encode()), (H_FIRED_MS, fired)]
     own = future.headers
     token = future.token
-    ours = (H_ID, future.id.encode()), (H_DUE_MS, str(future.due_ms).encode())
-    fired = (H_FIRED_MS, str(fired_ms).encode())
     if not own and not token:
-        return [*ours, fired]
+        return ours
     headers = [(h.key, h.value) for h in own]
-    headers.extend(ours)
+    headers.extend(ours[:2])
     if token:
         headers.append((H_TOKEN, token.encode()))
-    headers.append(fired)
+    headers.append(ours[2])
     return headers
 
 

@@ -72,13 +72,14 @@ def _callbacks(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         out: dict[str, list[Any]] = {name: [] for name in _RECORD_ARROW.names}
         partitions = batch.column("partition").to_pylist()
         offsets = batch.column("offset").to_pylist()
+        fired = str(fired_ms).encode()
         for future, partition, offset in zip(futures, partitions, offsets, strict=True):
             timer = StoredTimer(future=future, source_partition=partition, source_offset=offset)
             out["topic"].append(future.callBackTopic)
             out["partition"].append(None)
             out["key"].append(future.callBackKey.encode())
             out["value"].append(future.callBack)
-            out["headers"].append([{"key": k, "value": v} for k, v in callback_headers(timer, fired_ms)])
+            out["headers"].append([{"key": k, "value": v} for k, v in callback_headers(timer, fired)])
         yield pa.RecordBatch.from_pydict(out, schema=_RECORD_ARROW)
 
 

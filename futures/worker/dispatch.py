@@ -17,11 +17,13 @@ everything it caused was delivered.
 
 from __future__ import annotations
 
+import functools
 import logging
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
+from typing import cast
 
-from confluent_kafka import KafkaError
+from confluent_kafka import KafkaError, KafkaException
 from google.protobuf.internal.containers import RepeatedCompositeFieldContainer
 
 from futures.ingress.records import SourceRecord
@@ -33,6 +35,7 @@ from futures.worker.status import Firing, WorkerStatus
 from ktimers.config import TopicsConfig
 from ktimers.deadletter import dead_letter, short
 from ktimers.logs import ThrottledLog
+from ktimers.producer import RecordHeaders
 from ktimers.wire import (
     H_ERROR,
     H_REASON,
@@ -54,10 +57,21 @@ Kind = TimerEvent.Kind
 # Kind.X goes through the enum wrapper's __getattr__ (~0.7 µs): too slow per timer.
 _SCHEDULED = TimerEvent.SCHEDULED
 _FIRED = TimerEvent.FIRED
+#: Not looked up yet (a callback topic's problem is None when there is none).
+_UNSEEN = KafkaError(KafkaError._UNKNOWN_TOPIC)
 
 #: Largest `timer-events` batch record (bytes of its value), at most half the producer's
 #: ``message.max.bytes``; a step with more events writes several records.
 EVENT_BATCH_BYTES = 512 * 1024
+
+
+@dataclass
+class Sending:
+    """Callbacks produced by :meth:`Dispatcher.send`, their delivery reports not yet settled."""
+
+    timers: list[tuple[int, StoredTimer]]
+    deliveries: Deliveries
+    fired_ms: int
 
 
 @dataclass
@@ -130,82 +144,80 @@ class Dispatcher:
     def produce_callback(
         self,
         timer: StoredTimer,
-        fired_ms: int,
+        fired: bytes,
         deliveries: Deliveries,
         index: int,
-        topics: dict[str, KafkaError | None],
+        problems: dict[str, KafkaError | None],
     ) -> None:
         """Produce one callback; its report lands in ``deliveries`` under ``index``.
 
-        ``topics``: what the topic directory answered for each callback topic this
+        ``fired``: the dispatch time, epoch ms as the decimal bytes of ``kt-fired-ms``.
+        ``problems``: what the topic directory answered for each callback topic this
         round, filled as topics come up (one lookup per topic and round, not per timer).
+        Runs once per fired timer: one call into librdkafka in the common case.
         """
         future = timer.future
         topic = future.callBackTopic
-        problem = (
-            topics[topic]
-            if topic in topics
-            else topics.setdefault(topic, self._callback_topics.problem(topic))
-        )
+        problem = problems.get(topic, _UNSEEN)
         if problem is not None:
-            deliveries.errors[index] = problem  # settled like a delivery report
-            return
-        self._writer.produce(
-            topic,
-            future.callBackKey.encode(),
-            future.callBack,
-            headers=callback_headers(timer, fired_ms),
-            deliveries=deliveries,
-            index=index,
-        )
+            if problem is _UNSEEN:
+                problem = problems[topic] = self._callback_topics.problem(topic)
+            if problem is not None:
+                deliveries.errors[index] = problem  # settled like a delivery report
+                return
+        key, value = future.callBackKey.encode(), future.callBack
+        headers = cast(RecordHeaders, callback_headers(timer, fired))
+        report = functools.partial(deliveries.report, index)
+        try:
+            self._writer.queue(topic, value, key=key, on_delivery=report, headers=headers)
+            deliveries.pending += 1
+        except (BufferError, KafkaException):
+            self._writer.produce(topic, key, value, headers=headers, deliveries=deliveries, index=index)
 
-    async def fire(self, timers: Iterable[tuple[int, StoredTimer]], fired_ms: int) -> FireOutcome:
-        """Produce callbacks and wait for every delivery report.
+    def send(self, timers: Iterable[tuple[int, StoredTimer]], fired_ms: int) -> Sending:
+        """Produce the callbacks of ``timers`` ((partition, timer), in firing order); :meth:`confirm`
+        settles them once their delivery reports are in.
 
         ``timers`` may be lazy (stored timers parsed as they are taken): the first
         callback is on its way before the last timer is parsed.
         """
-        deliveries = Deliveries()
-        topics: dict[str, KafkaError | None] = {}
-        produce = self.produce_callback
-        taken: list[tuple[int, StoredTimer]] = []
-        take = taken.append
+        sending = Sending([], Deliveries(), fired_ms)
+        fired = str(fired_ms).encode()
+        deliveries = sending.deliveries
+        problems: dict[str, KafkaError | None] = {}
+        produce, take = self.produce_callback, sending.timers.append
         for i, item in enumerate(timers):
             take(item)
-            produce(item[1], fired_ms, deliveries, i, topics)
-        await self._writer.delivered(deliveries)
-        return self.settle(taken, deliveries, [fired_ms] * len(taken))
+            produce(item[1], fired, deliveries, i, problems)
+        return sending
+
+    async def confirm(self, sending: Sending) -> FireOutcome:
+        """Wait for the delivery reports of what :meth:`send` produced, then settle them."""
+        await self._writer.delivered(sending.deliveries)
+        timers = sending.timers
+        return self.settle(timers, sending.deliveries, [sending.fired_ms] * len(timers))
+
+    async def fire(self, timers: Iterable[tuple[int, StoredTimer]], fired_ms: int) -> FireOutcome:
+        """Produce callbacks and wait for every delivery report (:meth:`send`, then :meth:`confirm`)."""
+        return await self.confirm(self.send(timers, fired_ms))
 
     def settle(
         self, timers: Sequence[tuple[int, StoredTimer]], deliveries: Deliveries, fired: Sequence[int]
     ) -> FireOutcome:
         """Count, record and dead-letter by delivery report; say which timers to delete."""
+        errors = deliveries.errors
+        if not errors:  # the common case: every callback delivered
+            self._fired(timers, fired)
+            return FireOutcome(list(range(len(timers))), [])
         done: list[int] = []
         transient: list[int] = []
+        delivered: list[int] = []
         dead_lettered = 0
-        firings: list[Firing] = []
-        errors = deliveries.errors
-        now = self._clock()
-        events_of: dict[int, RepeatedCompositeFieldContainer[TimerEvent]] = {}
         for i, (partition, timer) in enumerate(timers):
-            err = errors.get(i) if errors else None
-            future = timer.future
+            err = errors.get(i)
             if err is None:
                 done.append(i)
-                timer_id, due_ms = future.id, future.due_ms
-                firings.append(Firing(timer_id, partition, due_ms, fired[i]))
-                events = events_of.get(partition)
-                if events is None:
-                    events = events_of[partition] = self._batch(partition).events
-                # What event() does, inlined: this runs once per fired timer.
-                events.add(
-                    id=timer_id,
-                    kind=_FIRED,
-                    due_ms=due_ms,
-                    at_ms=now,
-                    partition=partition,
-                    source_offset=timer.source_offset,
-                )
+                delivered.append(i)
             elif is_permanent(err):
                 done.append(i)
                 dead_lettered += 1
@@ -214,15 +226,42 @@ class Dispatcher:
                 transient.append(i)
                 self._retries_log.warning(
                     "callback of timer %s to %s failed, will retry: %s",
-                    future.id,
-                    future.callBackTopic,
+                    timer.future.id,
+                    timer.future.callBackTopic,
                     err.str(),
                 )
-        # Metrics and status once per chunk, not per timer.
-        self._metrics.fired.inc(len(firings))
-        self._metrics.lateness.observe_many([max(f.fired_ms - f.due_ms, 0) / 1000 for f in firings])
-        self._status.fired_many(firings)
+        self._fired([timers[i] for i in delivered], [fired[i] for i in delivered])
         return FireOutcome(done, transient, dead_lettered)
+
+    def _fired(self, timers: Sequence[tuple[int, StoredTimer]], fired: Sequence[int]) -> None:
+        """FIRED events, metrics and status of delivered callbacks (``fired``: each one's dispatch time)."""
+        now = self._clock()
+        dues: list[int] = []
+        due_of = dues.append
+        events_of: dict[int, RepeatedCompositeFieldContainer[TimerEvent]] = {}
+        for partition, timer in timers:
+            future = timer.future
+            timer_id, due_ms = future.id, future.due_ms
+            due_of(due_ms)
+            events = events_of.get(partition)
+            if events is None:
+                events = events_of[partition] = self._batch(partition).events
+            # What event() does, inlined: this runs once per fired timer.
+            events.add(
+                id=timer_id,
+                kind=_FIRED,
+                due_ms=due_ms,
+                at_ms=now,
+                partition=partition,
+                source_offset=timer.source_offset,
+            )
+        # Metrics and status once per chunk, not per timer.
+        lateness_ms = [f - d if f > d else 0 for f, d in zip(fired, dues, strict=True)]
+        self._metrics.fired.inc(len(dues))
+        self._metrics.lateness.observe_many([late / 1000 for late in lateness_ms])
+        keep = -self._status.keeps  # only the newest are shown: no tuple for the rest
+        recent = zip(timers[keep:], dues[keep:], fired[keep:], strict=True)
+        self._status.fired_many([Firing(t.future.id, p, d, f) for (p, t), d, f in recent], lateness_ms, fired)
 
     # -- events and dead letters -----------------------------------------------
 

@@ -34,7 +34,7 @@ from futures.ingress.records import SourceRecord
 from futures.ingress.requests import CancelRequest, RequestParser, Schedule
 from futures.worker.config import LatePolicy, WorkerConfig
 from futures.worker.destinations import AnyTopic, TopicDirectory
-from futures.worker.dispatch import Dispatcher
+from futures.worker.dispatch import Dispatcher, Sending
 from futures.worker.gaps import GapReader
 from futures.worker.kafka import Deliveries, KafkaWriter
 from futures.worker.metrics import WorkerMetrics
@@ -464,28 +464,40 @@ class TimerEngine:
 
         All partitions' timers go out as one stream in due order, not one partition
         after another: the timers a tick made latest go first, wherever they live.
-        Each partition is read in pieces of its share of ``TIMERS_FIRE_CHUNK_SIZE``,
-        and timers are sent up to the point every partition was read to.
+        The stream goes in pieces of half ``TIMERS_FIRE_CHUNK_SIZE`` (each partition read
+        in its share of a piece, sent up to the point every partition was read to), and a
+        piece's callbacks go out before the one before it is settled and committed: the
+        broker's round trips overlap with the work of the next piece, and what is sent but
+        not yet deleted from the table — what a crash would send again — stays one chunk.
         """
-        share = max(self.config.fire_chunk_size // max(len(targets), 1), 1)
+        depth = 2 if self.config.fire_chunk_size >= 2 else 1
+        piece = self.config.fire_chunk_size // depth
         scans = [
             _DueScan(partition, self._tables(partition), second * 1000)
             for partition, second in targets.items()
         ]
         held: set[int] = set()
         parse = StoredTimer.FromString
+        flight: deque[tuple[list[tuple[bytes, int, bytes]], Sending]] = deque()
         while True:
+            share = max(piece // max(len(scans), 1), 1)
             for scan in scans:
                 scan.read(share)
             # Past the first last-read key of a partition that may hold more, some
             # partition's timers are not in hand yet: they wait for the next round.
             bound = min((scan.last for scan in scans if scan.more), default=None)
             batch = sorted(item for scan in scans for item in scan.take(bound))  # runs merged: Timsort
-            if not batch:
+            if batch:
+                sending = self.dispatch.send(((p, parse(value)) for _, p, value in batch), self._clock())
+                flight.append((batch, sending))
+                if len(flight) < depth:
+                    continue  # the next piece goes out before this one is settled
+            if not flight:
                 return held
-            outcome = await self.dispatch.fire(((p, parse(value)) for _, p, value in batch), self._clock())
+            sent, sending = flight.popleft()
+            outcome = await self.dispatch.confirm(sending)
             await self.dispatch.deliver_dead_letters(outcome)
-            done = batch if len(outcome.done) == len(batch) else [batch[i] for i in outcome.done]
+            done = sent if len(outcome.done) == len(sent) else [sent[i] for i in outcome.done]
             for key, p, _ in done:
                 changes[p].records.append((key, None))
             for p, count in Counter(p for _, p, _ in done).items():
@@ -493,7 +505,7 @@ class TimerEngine:
             if outcome.transient:
                 # Kept in the table: the next tick retries them, and the scans here read on past them.
                 self.metrics.dispatch_retries.inc(len(outcome.transient))
-                held.update(batch[i][1] for i in outcome.transient)
+                held.update(sent[i][1] for i in outcome.transient)
             if not self.config.precise:
                 # The other partitions' ticks of this second often come a fetch later: they
                 # join this firing instead of waiting for all of it (and its commit) to end.
@@ -502,11 +514,9 @@ class TimerEngine:
                     targets[partition] = second
                     changes[partition] = _Changes()
                     scans.append(_DueScan(partition, self._tables(partition), second * 1000))
-                # Shares of the chunk for the partitions in hand now: what is read stays about a chunk.
-                share = max(self.config.fire_chunk_size // len(scans), 1)
-            if any(scan.more for scan in scans):
-                # A large second: make this piece durable before reading on, so the
-                # table (and memory) never holds more than one chunk in flight.
+            if flight or any(scan.more for scan in scans):
+                # A large second: make this piece durable before reading on, so that what is
+                # sent and not deleted (and held in memory) stays about one chunk.
                 await self._commit(changes)
                 for part in changes.values():
                     part.records.clear()
@@ -569,7 +579,7 @@ class TimerEngine:
                 key, value = taken
                 timer = StoredTimer.FromString(value)
                 fired_ms = self._clock()
-                self.dispatch.produce_callback(timer, fired_ms, deliveries, len(sent), topics)
+                self.dispatch.produce_callback(timer, str(fired_ms).encode(), deliveries, len(sent), topics)
                 window.sent.add(key)
                 sent.append((key, timer, fired_ms))
                 if len(sent) >= _WINDOW_SETTLE_EVERY:
@@ -625,7 +635,6 @@ class TimerEngine:
         self.dispatch.produce_events()  # delivered with this write's records, checked below
         changelog = self.config.changelog_topic
         deliveries = Deliveries()
-        produce = self._writer.produce
         staged: dict[int, list[Record]] = {}
         for partition, part in changes.items():
             # Other ingress topics' progress follows the records it covers.
@@ -633,8 +642,7 @@ class TimerEngine:
                 *part.records,
                 *(topic_progress_record(*p) for p in part.topic_offsets.items()),
             ]
-            for key, value in staged[partition]:
-                produce(changelog, key, value, partition=partition, deliveries=deliveries)
+            self._writer.produce_many(changelog, partition, staged[partition], deliveries)
         side = self.dispatch.take_side()  # this step's events and dead letters
         await self._writer.delivered(deliveries, side)
         deliveries.raise_first("changelog")

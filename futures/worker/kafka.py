@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import functools
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import cast
 
 from confluent_kafka import KafkaError, KafkaException, Message, Producer
@@ -119,7 +119,10 @@ class KafkaWriter:
 
     def __init__(self, producer: ProducerLike, max_record_bytes: int = DEFAULT_MAX_RECORD_BYTES) -> None:
         self._producer = producer
-        self._produce = producer.produce
+        #: The producer's own ``produce``, for loops that queue many records: one call into
+        #: librdkafka and nothing else. On ``BufferError`` or ``KafkaException`` they fall back to
+        #: :meth:`produce`, which waits for room or reports the refusal.
+        self.queue = producer.produce
         #: The producer's ``message.max.bytes``: dead letters are cut to fit it.
         self.max_record_bytes = max_record_bytes
 
@@ -152,7 +155,7 @@ class KafkaWriter:
             report = deliveries.on_delivery if index is None else functools.partial(deliveries.report, index)
         while True:
             try:
-                self._produce(
+                self.queue(
                     topic,
                     value,
                     key=key,
@@ -171,6 +174,27 @@ class KafkaWriter:
                     raise
                 report(exc.args[0], None)
                 return
+
+    def produce_many(
+        self,
+        topic: str,
+        partition: int,
+        records: Iterable[tuple[bytes, bytes | None]],
+        deliveries: Deliveries,
+    ) -> None:
+        """Queue ``records`` (key, value) to one partition; their reports land in ``deliveries``.
+
+        The changelog's path: a tombstone per fired timer, a put per scheduled one.
+        """
+        queue, report = self.queue, deliveries.on_delivery
+        count = 0
+        for key, value in records:
+            try:
+                queue(topic, value, key=key, partition=partition, on_delivery=report)
+                count += 1
+            except (BufferError, KafkaException):
+                self.produce(topic, key, value, partition=partition, deliveries=deliveries)
+        deliveries.pending += count
 
     async def delivered(self, *groups: Deliveries) -> None:
         """Wait, off the event loop, until every record of ``groups`` has its delivery report.

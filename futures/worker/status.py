@@ -12,8 +12,8 @@ Times are epoch milliseconds unless a name says ``_s`` (seconds).
 from __future__ import annotations
 
 import time
-from collections import OrderedDict, deque
-from collections.abc import Callable
+from collections import Counter, OrderedDict, deque
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import NamedTuple
 
@@ -124,19 +124,30 @@ class WorkerStatus:
 
     def fired(self, timer_id: str, partition: int, due_ms: int, fired_ms: int) -> None:
         """The callback of a timer was acknowledged by the broker."""
-        self.fired_many([Firing(timer_id, partition, due_ms, fired_ms)])
+        firing = Firing(timer_id, partition, due_ms, fired_ms)
+        self.fired_many([firing], [firing.lateness_ms], [fired_ms])
 
-    def fired_many(self, firings: list[Firing]) -> None:
-        """Callbacks acknowledged by the broker, in firing order (a chunk: only its tail is kept)."""
-        self._firings.extend(firings[-(self._firings.maxlen or len(firings)) :])
-        self._lateness.extend(f.lateness_ms for f in firings[-(self._lateness.maxlen or len(firings)) :])
+    @property
+    def keeps(self) -> int:
+        """How many of the newest firings :meth:`fired_many` keeps."""
+        return self._firings.maxlen or 0
+
+    def fired_many(self, recent: Sequence[Firing], lateness_ms: Sequence[int], fired: Sequence[int]) -> None:
+        """Callbacks acknowledged by the broker, in firing order: the dispatch time of each
+        (``fired``, epoch ms) and its lateness; ``recent``, the newest of them (:attr:`keeps`)."""
+        self._firings.extend(recent)
+        self._lateness.extend(lateness_ms[-(self._lateness.maxlen or len(lateness_ms)) :])
+        if not fired:
+            return
         per_second = self._per_second
-        for firing in firings:
-            second = firing.fired_ms // 1000
+        first, last = fired[0] // 1000, fired[-1] // 1000
+        # A chunk fired at one instant is one count: this runs for every chunk of a hot second.
+        seconds = [(first, len(fired))] if first == last else Counter(f // 1000 for f in fired).items()
+        for second, count in seconds:
             if per_second and per_second[-1][0] == second:
-                per_second[-1][1] += 1
+                per_second[-1][1] += count
             else:
-                per_second.append([second, 1])
+                per_second.append([second, count])
 
     def dead_letter(self, reason: str) -> None:
         """A record was written to the dead-letter topic with this reason code."""
