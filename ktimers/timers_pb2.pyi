@@ -104,7 +104,23 @@ class TimerEvent(_message.Message):
     def __init__(self, id: _Optional[str] = ..., kind: _Optional[_Union[TimerEvent.Kind, str]] = ..., due_ms: _Optional[int] = ..., at_ms: _Optional[int] = ..., partition: _Optional[int] = ..., source_offset: _Optional[int] = ..., reason: _Optional[str] = ..., callback_topic: _Optional[str] = ...) -> None: ...
 
 class TimerEventBatch(_message.Message):
-    __slots__ = ("events",)
+    __slots__ = ("events", "fired")
     EVENTS_FIELD_NUMBER: _ClassVar[int]
+    FIRED_FIELD_NUMBER: _ClassVar[int]
     events: _containers.RepeatedCompositeFieldContainer[TimerEvent]
-    def __init__(self, events: _Optional[_Iterable[_Union[TimerEvent, _Mapping]]] = ...) -> None: ...
+    fired: _containers.RepeatedCompositeFieldContainer[FiredTimers]
+    def __init__(self, events: _Optional[_Iterable[_Union[TimerEvent, _Mapping]]] = ..., fired: _Optional[_Iterable[_Union[FiredTimers, _Mapping]]] = ...) -> None: ...
+
+class FiredTimers(_message.Message):
+    __slots__ = ("id", "due_ms", "source_offset", "at_ms", "partition")
+    ID_FIELD_NUMBER: _ClassVar[int]
+    DUE_MS_FIELD_NUMBER: _ClassVar[int]
+    SOURCE_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    AT_MS_FIELD_NUMBER: _ClassVar[int]
+    PARTITION_FIELD_NUMBER: _ClassVar[int]
+    id: _containers.RepeatedScalarFieldContainer[str]
+    due_ms: _containers.RepeatedScalarFieldContainer[int]
+    source_offset: _containers.RepeatedScalarFieldContainer[int]
+    at_ms: int
+    partition: int
+    def __init__(self, id: _Optional[_Iterable[str]] = ..., due_ms: _Optional[_Iterable[int]] = ..., source_offset: _Optional[_Iterable[int]] = ..., at_ms: _Optional[int] = ..., partition: _Optional[int] = ...) -> None: ...

@@ -8,11 +8,14 @@ from __future__ import annotations
 
 import operator
 import struct
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from typing import Any, cast
+
+from google.protobuf.message import DecodeError
 
 from ktimers.timers_pb2 import (
     Cancel,
+    FiredTimers,
     Future,
     FutureBatch,
     Header,
@@ -24,6 +27,7 @@ from ktimers.timers_pb2 import (
 
 __all__ = [
     "Cancel",
+    "FiredTimers",
     "Future",
     "FutureBatch",
     "Header",
@@ -55,6 +59,7 @@ __all__ = [
     "parse_second_key",
     "decode_tick",
     "decode_events",
+    "fired_columns",
     "event_batch_key",
     "UNNAMED_SOURCE",
     "callback_headers",
@@ -176,16 +181,44 @@ def decode_events(
     value: bytes | None, headers: Iterable[tuple[str, bytes | None]] | None
 ) -> list[TimerEvent]:
     """The events of one `timer-events` record, in order: a ``TimerEventBatch``
-    (``kt-kind: batch``, as the worker writes them) or one ``TimerEvent``.
+    (``kt-kind: batch``, as the worker writes them; its ``fired`` columns become
+    FIRED events after its ``events``) or one ``TimerEvent``.
 
     Raises ``google.protobuf.message.DecodeError`` for a value that is neither.
     """
-    if header_value(headers, KIND_HEADER) == KIND_BATCH:
-        return list(TimerEventBatch.FromString(value or b"").events)
-    return [TimerEvent.FromString(value or b"")]
+    if header_value(headers, KIND_HEADER) != KIND_BATCH:
+        return [TimerEvent.FromString(value or b"")]
+    batch = TimerEventBatch.FromString(value or b"")
+    events = list(batch.events)
+    for block in batch.fired:
+        events.extend(
+            TimerEvent(
+                id=timer_id,
+                kind=TimerEvent.FIRED,
+                due_ms=due_ms,
+                at_ms=block.at_ms,
+                partition=block.partition,
+                source_offset=source_offset,
+            )
+            for timer_id, due_ms, source_offset in fired_columns(block)
+        )
+    return events
 
 
-def callback_headers(timer: StoredTimer, fired: bytes) -> list[tuple[str, bytes]]:
+def fired_columns(block: FiredTimers) -> Iterator[tuple[str, int, int]]:
+    """(id, due_ms, source_offset) of each timer of a ``FiredTimers`` block, in order.
+
+    Raises ``DecodeError`` when its columns are not equally long (not written by a worker).
+    """
+    if not len(block.id) == len(block.due_ms) == len(block.source_offset):
+        raise DecodeError(
+            f"FiredTimers columns differ in length: {len(block.id)} ids, "
+            f"{len(block.due_ms)} due times, {len(block.source_offset)} offsets"
+        )
+    return zip(block.id, block.due_ms, block.source_offset, strict=True)
+
+
+def callback_headers(timer: StoredTimer, fired: bytes) -> list[tuple[str, str | bytes | None]]:
     """Headers of a timer's callback record: the user's, then ours (``fired``: the dispatch
     time, epoch ms in decimal, as ``kt-fired-ms`` carries it).
 
@@ -194,12 +227,16 @@ def callback_headers(timer: StoredTimer, fired: bytes) -> list[tuple[str, bytes]
     """
     future = timer.future
     # Runs once per fired timer: most timers carry no headers and no token.
-    ours = [(H_ID, future.id.encode()), (H_DUE_MS, str(future.due_ms).encode()), (H_FIRED_MS, fired)]
+    ours: list[tuple[str, str | bytes | None]] = [
+        (H_ID, future.id.encode()),
+        (H_DUE_MS, str(future.due_ms).encode()),
+        (H_FIRED_MS, fired),
+    ]
     own = future.headers
     token = future.token
     if not own and not token:
         return ours
-    headers = [(h.key, h.value) for h in own]
+    headers: list[tuple[str, str | bytes | None]] = [(h.key, h.value) for h in own]
     headers.extend(ours[:2])
     if token:
         headers.append((H_TOKEN, token.encode()))

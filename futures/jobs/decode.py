@@ -34,12 +34,16 @@ from ktimers.config import IngressFormat
 from ktimers.wire import (
     KIND_BATCH,
     KIND_HEADER,
+    FiredTimers,
     KafkaHeaders,
     TimerEvent,
     TimerEventBatch,
+    fired_columns,
     header_value,
     message_headers,
 )
+
+_FIRED_NAME = TimerEvent.Kind.Name(TimerEvent.FIRED)
 
 # Kinds of decoded request rows.
 SCHEDULE = "schedule"
@@ -265,8 +269,11 @@ class EventRows:
             return
         known, name = self._known, TimerEvent.Kind.Name
         try:
+            fired: Iterable[FiredTimers] = ()
             if record_kind == KIND_BATCH:
-                events: Iterable[TimerEvent] = TimerEventBatch.FromString(value).events
+                batch = TimerEventBatch.FromString(value)
+                events: Iterable[TimerEvent] = batch.events
+                fired = batch.fired
             else:
                 events = (TimerEvent.FromString(value),)
             rows = [
@@ -281,6 +288,12 @@ class EventRows:
                 )
                 for e in events
             ]
+            for block in fired:  # FIRED events column by column, after the others
+                at_ms, partition = block.at_ms, block.partition
+                rows.extend(
+                    (timer_id, _FIRED_NAME, partition, offset, due_ms, at_ms, "")
+                    for timer_id, due_ms, offset in fired_columns(block)
+                )
         except Exception as exc:  # noqa: BLE001 - DecodeError, or an unknown enum value
             self._rows.append((None, UNDECODABLE, None, None, None, None, f"{exc.__class__.__name__}: {exc}"))
             return

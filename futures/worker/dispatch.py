@@ -21,10 +21,8 @@ import functools
 import logging
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
-from typing import cast
 
 from confluent_kafka import KafkaError, KafkaException
-from google.protobuf.internal.containers import RepeatedCompositeFieldContainer
 
 from futures.ingress.records import SourceRecord
 from futures.ingress.requests import seed_id
@@ -35,7 +33,6 @@ from futures.worker.status import Firing, WorkerStatus
 from ktimers.config import TopicsConfig
 from ktimers.deadletter import dead_letter, short
 from ktimers.logs import ThrottledLog
-from ktimers.producer import RecordHeaders
 from ktimers.wire import (
     H_ERROR,
     H_REASON,
@@ -44,6 +41,7 @@ from ktimers.wire import (
     H_SOURCE_TOPIC,
     KIND_BATCH,
     KIND_HEADER,
+    FiredTimers,
     StoredTimer,
     TimerEvent,
     TimerEventBatch,
@@ -56,7 +54,6 @@ log = logging.getLogger(__name__)
 Kind = TimerEvent.Kind
 # Kind.X goes through the enum wrapper's __getattr__ (~0.7 µs): too slow per timer.
 _SCHEDULED = TimerEvent.SCHEDULED
-_FIRED = TimerEvent.FIRED
 #: Not looked up yet (a callback topic's problem is None when there is none).
 _UNSEEN = KafkaError(KafkaError._UNKNOWN_TOPIC)
 
@@ -166,7 +163,7 @@ class Dispatcher:
                 deliveries.errors[index] = problem  # settled like a delivery report
                 return
         key, value = future.callBackKey.encode(), future.callBack
-        headers = cast(RecordHeaders, callback_headers(timer, fired))
+        headers = callback_headers(timer, fired)
         report = functools.partial(deliveries.report, index)
         try:
             self._writer.queue(topic, value, key=key, on_delivery=report, headers=headers)
@@ -235,25 +232,25 @@ class Dispatcher:
 
     def _fired(self, timers: Sequence[tuple[int, StoredTimer]], fired: Sequence[int]) -> None:
         """FIRED events, metrics and status of delivered callbacks (``fired``: each one's dispatch time)."""
-        now = self._clock()
         dues: list[int] = []
         due_of = dues.append
-        events_of: dict[int, RepeatedCompositeFieldContainer[TimerEvent]] = {}
+        # The events, column by column per partition (a FiredTimers block): ids, due times, offsets.
+        columns: dict[int, tuple[list[str], list[int], list[int]]] = {}
         for partition, timer in timers:
             future = timer.future
-            timer_id, due_ms = future.id, future.due_ms
+            due_ms = future.due_ms
             due_of(due_ms)
-            events = events_of.get(partition)
-            if events is None:
-                events = events_of[partition] = self._batch(partition).events
-            # What event() does, inlined: this runs once per fired timer.
-            events.add(
-                id=timer_id,
-                kind=_FIRED,
-                due_ms=due_ms,
-                at_ms=now,
-                partition=partition,
-                source_offset=timer.source_offset,
+            column = columns.get(partition)
+            if column is None:
+                column = columns[partition] = ([], [], [])
+            ids, due_times, offsets = column
+            ids.append(future.id)
+            due_times.append(due_ms)
+            offsets.append(timer.source_offset)
+        now = self._clock()
+        for partition, (ids, due_times, offsets) in columns.items():
+            self._batch(partition).fired.add(
+                id=ids, due_ms=due_times, source_offset=offsets, at_ms=now, partition=partition
             )
         # Metrics and status once per chunk, not per timer.
         lateness_ms = [f - d if f > d else 0 for f, d in zip(fired, dues, strict=True)]
@@ -379,11 +376,29 @@ def _split(batch: TimerEventBatch, max_bytes: int) -> list[bytes]:
 
     An event is a few KiB at most (ids ≤ 512 bytes, reasons cut short); ``max_bytes`` is larger.
     """
-    events = batch.events
-    if len(events) < 2 or batch.ByteSize() <= max_bytes:
+    halves = None if batch.ByteSize() <= max_bytes else _halves(batch)
+    if halves is None:
         return [batch.SerializeToString()]
-    half = len(events) // 2
-    return [
-        *_split(TimerEventBatch(events=events[:half]), max_bytes),
-        *_split(TimerEventBatch(events=events[half:]), max_bytes),
-    ]
+    return [part for half in halves for part in _split(half, max_bytes)]
+
+
+def _halves(batch: TimerEventBatch) -> tuple[TimerEventBatch, TimerEventBatch] | None:
+    """``batch`` cut in two whose events, read one after the other, are ``batch``'s; None for one event."""
+    events, fired = batch.events, batch.fired
+    if len(events) > 1 or (events and fired):
+        half = len(events) // 2 if len(events) > 1 else 1
+        return TimerEventBatch(events=events[:half]), TimerEventBatch(events=events[half:], fired=fired)
+    if len(fired) > 1:
+        half = len(fired) // 2
+        return TimerEventBatch(fired=fired[:half]), TimerEventBatch(fired=fired[half:])
+    if fired and len(fired[0].id) > 1:
+        block = fired[0]
+        half = len(block.id) // 2
+        first, second = FiredTimers(), FiredTimers()
+        first.CopyFrom(block)
+        second.CopyFrom(block)
+        for column in ("id", "due_ms", "source_offset"):
+            del getattr(first, column)[half:]
+            del getattr(second, column)[:half]
+        return TimerEventBatch(fired=[first]), TimerEventBatch(fired=[second])
+    return None

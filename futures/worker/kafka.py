@@ -88,6 +88,12 @@ def is_permanent(err: KafkaError) -> bool:
     )
 
 
+#: How often :meth:`KafkaWriter.delivered` serves delivery reports (s): soon for the first
+#: _POLL_SOON_FOR_S (a broker acknowledges within milliseconds), then less often.
+_POLL_SOON_S = 0.001
+_POLL_SOON_FOR_S = 0.1
+_POLL_LATER_S = 0.01
+
 #: ``partition`` of :meth:`KafkaWriter.produce` when the producer's partitioner chooses (librdkafka's UA).
 ANY_PARTITION = -1
 
@@ -197,22 +203,29 @@ class KafkaWriter:
         deliveries.pending += count
 
     async def delivered(self, *groups: Deliveries) -> None:
-        """Wait, off the event loop, until every record of ``groups`` has its delivery report.
+        """Wait until every record of ``groups`` has its delivery report.
 
         Unlike a flush, it does not wait for records produced meanwhile by others
         (precise mode's windows send without the engine lock): under a steady stream of
         records a flush may not see the queue empty for a long time.
-        """
-        if any(group.pending for group in groups):
-            loop = asyncio.get_running_loop()
-            await loop.run_in_executor(None, self._deliver_blocking, groups)
 
-    def _deliver_blocking(self, groups: tuple[Deliveries, ...]) -> None:
-        # librdkafka reports every record within MESSAGE_TIMEOUT_MS, so this ends. Whichever
-        # thread polls serves any group's reports; each waiter loops until its own are in.
+        The reports are served here, on the event loop, between short sleeps: their callbacks
+        are Python either way, and served on a thread (the way librdkafka's blocking calls
+        would) every batch of them cost a handover of the GIL with the loop.
+        """
+        if not any(group.pending for group in groups):
+            return
         self._producer.flush(0)  # send what lingers now: these records are awaited
-        while any(group.pending for group in groups):
-            self._producer.poll(0.01)
+        waited = 0.0
+        while True:
+            self._producer.poll(0)
+            if not any(group.pending for group in groups):
+                return
+            # librdkafka reports every record within MESSAGE_TIMEOUT_MS, so this ends; a long
+            # wait (an unreachable broker) checks less often.
+            pause = _POLL_SOON_S if waited < _POLL_SOON_FOR_S else _POLL_LATER_S
+            await asyncio.sleep(pause)
+            waited += pause
 
     def _flush_blocking(self) -> None:
         # librdkafka reports every record within MESSAGE_TIMEOUT_MS, so this ends.

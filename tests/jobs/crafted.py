@@ -14,6 +14,7 @@ from ktimers.wire import (
     KIND_CANCEL,
     KIND_HEADER,
     Cancel,
+    FiredTimers,
     Future,
     TimerEvent,
     TimerEventBatch,
@@ -105,7 +106,18 @@ class Events:
         """Write the open batches."""
         for partition, events in self._open.items():
             if events:
-                value = TimerEventBatch(events=events).SerializeToString()
+                # FIRED events in columns, after the others, as the worker writes them.
+                fired = [e for e in events if e.kind == TimerEvent.FIRED]
+                block = FiredTimers(
+                    id=[e.id for e in fired],
+                    due_ms=[e.due_ms for e in fired],
+                    source_offset=[e.source_offset for e in fired],
+                    at_ms=T0,
+                    partition=partition,
+                )
+                value = TimerEventBatch(
+                    events=[e for e in events if e.kind != TimerEvent.FIRED], fired=[block] if fired else []
+                ).SerializeToString()
                 self.log.append(partition, value, event_batch_key(partition), [(KIND_HEADER, KIND_BATCH)])
         self._open.clear()
 

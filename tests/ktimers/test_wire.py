@@ -15,6 +15,7 @@ from hypothesis import strategies as st
 from ktimers.wire import (
     KIND_BATCH,
     KIND_HEADER,
+    FiredTimers,
     Future,
     TimerEvent,
     TimerEventBatch,
@@ -177,3 +178,34 @@ def test_decode_events_reads_a_batch_and_a_single_event_alike() -> None:
     batch = TimerEventBatch(events=[one, two]).SerializeToString()
     assert decode_events(batch, [(KIND_HEADER, KIND_BATCH)]) == [one, two]
     assert decode_events(one.SerializeToString(), None) == [one]
+
+
+def test_decode_events_gives_fired_columns_as_fired_events_after_the_others() -> None:
+    cancelled = TimerEvent(id="c", kind=TimerEvent.CANCELLED, partition=3)
+    block = FiredTimers(id=["a", "b"], due_ms=[10, 20], source_offset=[5, 6], at_ms=30, partition=3)
+    value = TimerEventBatch(events=[cancelled], fired=[block]).SerializeToString()
+    fired = [
+        TimerEvent(id="a", kind=TimerEvent.FIRED, due_ms=10, at_ms=30, partition=3, source_offset=5),
+        TimerEvent(id="b", kind=TimerEvent.FIRED, due_ms=20, at_ms=30, partition=3, source_offset=6),
+    ]
+    assert decode_events(value, [(KIND_HEADER, KIND_BATCH)]) == [cancelled, *fired]
+
+
+@settings(max_examples=300)
+@given(
+    ids=st.lists(st.text(max_size=20), max_size=5),
+    due=st.lists(st.integers(-(2**63), 2**63 - 1), max_size=5),
+    offsets=st.lists(st.integers(-(2**63), 2**63 - 1), max_size=5),
+)
+def test_fired_columns_of_any_length_give_events_or_a_decode_error(
+    ids: list[str], due: list[int], offsets: list[int]
+) -> None:
+    block = FiredTimers(id=ids, due_ms=due, source_offset=offsets)
+    value = TimerEventBatch(fired=[block]).SerializeToString()
+    try:
+        events = decode_events(value, [(KIND_HEADER, KIND_BATCH)])
+    except DecodeError as exc:
+        assert not len(ids) == len(due) == len(offsets)
+        assert "differ in length" in str(exc)
+        return
+    assert [(e.id, e.due_ms, e.source_offset) for e in events] == list(zip(ids, due, offsets, strict=True))

@@ -11,6 +11,7 @@ from ktimers.wire import (
     KIND_BATCH,
     KIND_HEADER,
     MAX_ID_BYTES,
+    FiredTimers,
     TimerEvent,
     TimerEventBatch,
     decode_events,
@@ -62,6 +63,29 @@ def test_a_step_with_more_events_than_a_record_holds_writes_several_each_within_
     assert [e.id for e in rig.events(Kind.SCHEDULED)] == ids
 
 
+def test_a_hot_second_writes_its_fired_events_in_columns_each_record_within_the_limit(
+    make_rig: MakeRig,
+) -> None:
+    rig = make_rig(max_payload_bytes=2000, fire_chunk_size=500)
+    long = "x" * (MAX_ID_BYTES - 8)
+    due = {f"{long}{n:08d}": T_MS - 1000 + (n * 7) % 1000 for n in range(300)}
+    first = rig.last_offset(rig.topics.request, 0) + 1
+    rig.ingest(*(rig.request(timer_id, ms, key="k", payload=b"") for timer_id, ms in due.items()))
+    offset = {timer_id: first + n for n, timer_id in enumerate(due)}
+    before = len(rig.producer.on(rig.topics.events))
+
+    rig.tick(T)
+    records = rig.producer.on(rig.topics.events)[before:]
+    assert len(records) > 1
+    assert all(len(r.value or b"") <= rig.config.max_record_bytes // 2 for r in records)
+    assert all(TimerEventBatch.FromString(r.value or b"").fired for r in records)
+    fired = [e for r in records for e in decode_events(r.value, r.headers)]
+    assert [e.id for e in fired] == rig.fired()  # in the order the callbacks went out
+    assert sorted(e.id for e in fired) == sorted(due)
+    assert all(e.kind == Kind.FIRED and e.partition == 0 and e.at_ms == rig.now for e in fired)
+    assert all(e.due_ms == due[e.id] and e.source_offset == offset[e.id] for e in fired)
+
+
 _events = st.lists(
     st.builds(
         TimerEvent,
@@ -84,3 +108,32 @@ def test_splitting_keeps_every_event_in_order_and_each_part_within_the_limit(
     assert all(len(part) <= max_bytes for part in parts)
     decoded = [e for part in parts for e in TimerEventBatch.FromString(part).events]
     assert decoded == events
+
+
+_fired_blocks = st.lists(
+    st.integers(0, 40).flatmap(
+        lambda n: st.builds(
+            FiredTimers,
+            id=st.lists(st.text(max_size=MAX_ID_BYTES // 4), min_size=n, max_size=n),
+            due_ms=st.lists(st.integers(0, 2**62), min_size=n, max_size=n),
+            source_offset=st.lists(st.integers(-1, 2**62), min_size=n, max_size=n),
+            at_ms=st.integers(0, 2**62),
+            partition=st.integers(0, 1000),
+        )
+    ),
+    max_size=4,
+)
+
+
+@settings(max_examples=200, deadline=None)
+@given(events=_events, fired=_fired_blocks, max_bytes=st.integers(4096, 20_000))
+def test_splitting_events_and_fired_columns_keeps_every_event_in_order_and_each_part_within_the_limit(
+    events: list[TimerEvent], fired: list[FiredTimers], max_bytes: int
+) -> None:
+    whole = TimerEventBatch(events=events, fired=fired)
+    parts = _split(whole, max_bytes)
+    assert all(len(part) <= max_bytes for part in parts)
+    headers = [(KIND_HEADER, KIND_BATCH)]
+    decoded = [e for part in parts for e in decode_events(part, headers)]
+    assert decoded == decode_events(whole.SerializeToString(), headers)
+    assert len(decoded) == len(events) + sum(len(block.id) for block in fired)
