@@ -220,14 +220,14 @@ class TimerEngine:
                         self.dispatch.reject(
                             request.record, request.reason, request.detail, request.timer_id, request.headers
                         )
+                    if self._windows and staged >= yielded + _WINDOW_YIELD_EVERY:
+                        # A precise window is sending timers at their millisecond: let it run
+                        # between requests, also inside a batch record (it does not touch the tables).
+                        yielded = staged
+                        await asyncio.sleep(0)
                 if staged >= self.config.fire_chunk_size:
                     await self._apply_staged(changes, fire_now)
                     changes, fire_now, staged, yielded = defaultdict(_Changes), [], 0, 0
-                elif self._windows and staged >= yielded + _WINDOW_YIELD_EVERY:
-                    # A precise window is sending timers at their millisecond:
-                    # let it run between requests (it does not touch the tables).
-                    yielded = staged
-                    await asyncio.sleep(0)
             await self._apply_staged(changes, fire_now)
 
     async def _apply_staged(
