@@ -58,7 +58,11 @@ WORKER_ENV: tuple[EnvVar, ...] = (
     EnvVar("TIMERS_MAX_PAYLOAD_BYTES", "1000000", "largest timer as stored (else payload-too-large)"),
     EnvVar("TIMERS_MAX_DUE_AHEAD_S", "0 (none)", "timers due further ahead are dead-lettered"),
     EnvVar("TIMERS_INGEST_BATCH_SIZE", "2000", "request records per ingest step"),
-    EnvVar("TIMERS_FIRE_CHUNK_SIZE", "20000", "timers dispatched per flush; bounds duplicates after a crash"),
+    EnvVar(
+        "TIMERS_FIRE_CHUNK_SIZE",
+        "60000",
+        "timers sent, not yet deleted (three overlapping pieces); bounds duplicates after a crash",
+    ),
     EnvVar("TIMERS_PRECISE", "0", "1: send each timer at its own millisecond instead of at the next tick"),
     EnvVar("TIMERS_ADMIN_TOKEN", f"{NO_DEFAULT} (read-only)", "admin API bearer token, 16+ characters"),
     EnvVar("TIMERS_ADMIN_STALL_AFTER_S", "5", "a partition's clock this far behind shows red, seconds"),
@@ -110,7 +114,7 @@ class WorkerConfig:
     #: most this many (and ~1 MB of values), each made durable before the next.
     ingest_batch_size: int = 2000
     #: Timers dispatched per produce/flush round when a second is due.
-    fire_chunk_size: int = 20_000
+    fire_chunk_size: int = 60_000
     #: Precise mode: on tick s, also take the timers due by s + 1 and send each
     #: at its own millisecond (by this worker's clock), instead of all at the next tick.
     precise: bool = False

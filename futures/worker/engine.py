@@ -464,13 +464,14 @@ class TimerEngine:
 
         All partitions' timers go out as one stream in due order, not one partition
         after another: the timers a tick made latest go first, wherever they live.
-        The stream goes in pieces of half ``TIMERS_FIRE_CHUNK_SIZE`` (each partition read
-        in its share of a piece, sent up to the point every partition was read to), and a
-        piece's callbacks go out before the one before it is settled and committed: the
-        broker's round trips overlap with the work of the next piece, and what is sent but
-        not yet deleted from the table — what a crash would send again — stays one chunk.
+        The stream goes in pieces of a third of ``TIMERS_FIRE_CHUNK_SIZE`` (each partition
+        read in its share of a piece, sent up to the point every partition was read to),
+        overlapped: while one piece's callbacks are on their way to the broker, the piece
+        before is settled and the one before that committed (its tombstones written and
+        deleted), so the broker's round trips are not waited for one after another. What is
+        sent and not yet deleted — what a crash would send again — stays one chunk.
         """
-        depth = 2 if self.config.fire_chunk_size >= 2 else 1
+        depth = 3 if self.config.fire_chunk_size >= 3 else 1
         piece = self.config.fire_chunk_size // depth
         scans = [
             _DueScan(partition, self._tables(partition), second * 1000)
@@ -479,48 +480,58 @@ class TimerEngine:
         held: set[int] = set()
         parse = StoredTimer.FromString
         flight: deque[tuple[list[tuple[bytes, int, bytes]], Sending]] = deque()
-        while True:
-            share = max(piece // max(len(scans), 1), 1)
-            for scan in scans:
-                scan.read(share)
-            # Past the first last-read key of a partition that may hold more, some
-            # partition's timers are not in hand yet: they wait for the next round.
-            bound = min((scan.last for scan in scans if scan.more), default=None)
-            batch = sorted(item for scan in scans for item in scan.take(bound))  # runs merged: Timsort
-            if batch:
-                sending = self.dispatch.send(((p, parse(value)) for _, p, value in batch), self._clock())
-                flight.append((batch, sending))
-                if len(flight) < depth:
-                    continue  # the next piece goes out before this one is settled
-            if not flight:
-                return held
-            sent, sending = flight.popleft()
-            outcome = await self.dispatch.confirm(sending)
-            await self.dispatch.deliver_dead_letters(outcome)
-            done = sent if len(outcome.done) == len(sent) else [sent[i] for i in outcome.done]
-            for key, p, _ in done:
-                changes[p].records.append((key, None))
-            for p, count in Counter(p for _, p, _ in done).items():
-                changes[p].pending_delta -= count
-            if outcome.transient:
-                # Kept in the table: the next tick retries them, and the scans here read on past them.
-                self.metrics.dispatch_retries.inc(len(outcome.transient))
-                held.update(sent[i][1] for i in outcome.transient)
-            if not self.config.precise:
-                # The other partitions' ticks of this second often come a fetch later: they
-                # join this firing instead of waiting for all of it (and its commit) to end.
-                joined = self._take_ticks({p: s for p, s in self._ticks.items() if p not in targets}, {})
-                for partition, second in joined.items():
-                    targets[partition] = second
-                    changes[partition] = _Changes()
-                    scans.append(_DueScan(partition, self._tables(partition), second * 1000))
-            if flight or any(scan.more for scan in scans):
-                # A large second: make this piece durable before reading on, so that what is
-                # sent and not deleted (and held in memory) stays about one chunk.
-                await self._commit(changes)
-                for part in changes.values():
-                    part.records.clear()
-                    part.pending_delta = 0
+        committing: asyncio.Task[None] | None = None
+        try:
+            while True:
+                share = max(piece // max(len(scans), 1), 1)
+                for scan in scans:
+                    scan.read(share)
+                # Past the first last-read key of a partition that may hold more, some
+                # partition's timers are not in hand yet: they wait for the next round.
+                bound = min((scan.last for scan in scans if scan.more), default=None)
+                batch = sorted(item for scan in scans for item in scan.take(bound))  # runs merged: Timsort
+                if batch:
+                    sending = self.dispatch.send(((p, parse(value)) for _, p, value in batch), self._clock())
+                    flight.append((batch, sending))
+                    if len(flight) < depth - 1:
+                        continue  # the next piece goes out before this one is settled
+                if not flight:
+                    return held
+                sent, sending = flight.popleft()
+                outcome = await self.dispatch.confirm(sending)
+                await self.dispatch.deliver_dead_letters(outcome)
+                done = sent if len(outcome.done) == len(sent) else [sent[i] for i in outcome.done]
+                for key, p, _ in done:
+                    changes[p].records.append((key, None))
+                for p, count in Counter(p for _, p, _ in done).items():
+                    changes[p].pending_delta -= count
+                if outcome.transient:
+                    # Kept in the table: the next tick retries them, and the scans here read on past them.
+                    self.metrics.dispatch_retries.inc(len(outcome.transient))
+                    held.update(sent[i][1] for i in outcome.transient)
+                if not self.config.precise:
+                    # The other partitions' ticks of this second often come a fetch later: they
+                    # join this firing instead of waiting for all of it (and its commit) to end.
+                    joined = self._take_ticks({p: s for p, s in self._ticks.items() if p not in targets}, {})
+                    for partition, second in joined.items():
+                        targets[partition] = second
+                        changes[partition] = _Changes()
+                        scans.append(_DueScan(partition, self._tables(partition), second * 1000))
+                if flight or any(scan.more for scan in scans):
+                    # A large second: this piece is made durable while the next go out (one commit
+                    # at a time, in order); the last piece is the caller's, with the clock move.
+                    if committing is not None:
+                        await committing
+                    piece_changes = dict(changes)
+                    for partition in changes:
+                        changes[partition] = _Changes()
+                    committing = asyncio.ensure_future(self._commit(piece_changes))
+                    if depth == 1:  # a chunk too small to share: one piece at a time
+                        await committing
+                        committing = None
+        finally:
+            if committing is not None:
+                await committing
 
     # -- precise mode ------------------------------------------------------------
 

@@ -8,6 +8,7 @@ from collections import Counter
 
 import pytest
 
+from futures.worker.config import WorkerConfig
 from tests.integration.conftest import Stack
 from tests.integration.test_firing import schedule_spread
 
@@ -43,7 +44,7 @@ def test_sigkill_during_a_burst_loses_nothing(running: Stack) -> None:
     )
     # At-least-once, bounded: only what was in flight at the kill can repeat —
     # the tick being dispatched, at most one fire chunk per partition — and once.
-    in_flight_bound = min(n, running.common.topics.partitions * 20_000)  # TIMERS_FIRE_CHUNK_SIZE default
+    in_flight_bound = min(n, running.common.topics.partitions * WorkerConfig.fire_chunk_size)  # the default
     assert duplicates <= in_flight_bound
     assert max(counts.values()) <= 2
 

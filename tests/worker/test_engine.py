@@ -20,7 +20,7 @@ from futures.worker.table import PROGRESS_KEY, PartitionTimers, progress_record
 from ktimers.config import BrokerProfile
 from ktimers.errors import DeliveryError
 from ktimers.wire import Future, encode_second_key
-from tests.worker.fakes import Sent, permanent_error, transient_error
+from tests.worker.fakes import FakeProducer, Sent, permanent_error, transient_error
 from tests.worker.rig import T_MS, Kind, MakeRig, Rig, T  # noqa: F401
 
 # -- firing on ticks ----------------------------------------------------------
@@ -538,6 +538,31 @@ def test_hot_second_fires_every_timer_once_in_bounded_chunks(make_rig):
     assert rig.pending_ids() == []
     assert rig.table(0).watermark == T
     assert len([s for s in rig.changelog() if s.value is None]) == n
+
+
+@pytest.mark.parametrize("chunk", [1, 2, 3, 900])
+def test_a_hot_second_never_holds_more_than_a_chunk_sent_and_not_yet_deleted(make_rig, monkeypatch, chunk):
+    # What is sent and still in the table is what a crash sends again: pieces overlap, but
+    # together they stay within TIMERS_FIRE_CHUNK_SIZE.
+    n = 3000
+    worst = 0
+    sent = 0
+    produce = FakeProducer.produce
+
+    def counting(self: FakeProducer, topic: str, *args: object, **kwargs: object) -> None:
+        nonlocal sent, worst
+        produce(self, topic, *args, **kwargs)  # type: ignore[arg-type]
+        if topic == "orders":
+            sent += 1
+            worst = max(worst, sent - (n - rig.table(0).pending))
+
+    monkeypatch.setattr(FakeProducer, "produce", counting)
+    rig = make_rig(fire_chunk_size=chunk)
+    rig.ingest(*(rig.request(f"h{i:05d}", T_MS - (i * 7919) % 1000) for i in range(n)))
+    rig.tick(T)
+    assert sorted(rig.fired()) == sorted(f"h{i:05d}" for i in range(n))
+    assert rig.table(0).pending == 0
+    assert chunk // 2 < worst <= chunk  # within a chunk, and most of it in use
 
 
 @pytest.mark.parametrize("chunk", [3, 8, 20_000])
