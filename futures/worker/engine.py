@@ -220,7 +220,7 @@ class TimerEngine:
                         self.dispatch.reject(
                             request.record, request.reason, request.detail, request.timer_id, request.headers
                         )
-                    if self._windows and staged >= yielded + _WINDOW_YIELD_EVERY:
+                    if staged >= yielded + _WINDOW_YIELD_EVERY and self._windows:
                         # A precise window is sending timers at their millisecond: let it run
                         # between requests, also inside a batch record (it does not touch the tables).
                         yielded = staged
