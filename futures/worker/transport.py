@@ -38,6 +38,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 import weakref
 from collections import deque
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping, Sequence
@@ -212,8 +213,14 @@ class TimerConsumer(faust_aiokafka.Consumer):
             log.critical("applying fetched records failed, stopping the worker: %r", exc, exc_info=True)
             await self.app.crash(exc)
             raise
+        monitor = self.app.monitor
         for tp, batch in batches:
             self._ack_offsets(tp, [r.offset for r in batch])
+            if monitor is not None:
+                # What Faust's stream records for each event it takes in: without it, Faust's
+                # liveness check logs "Stream has not started processing" errors for every
+                # request partition while the worker works through a backlog for a while.
+                monitor.stream_inbound_time[tp] = time.monotonic()
 
     def _ack_offsets(self, tp: TP, offsets: list[int]) -> None:
         """What ``Consumer.ack`` does for each message, for a batch applied without Message objects."""

@@ -1,10 +1,15 @@
-"""How the transport cuts fetched requests into engine steps (the request backlog)."""
+"""How the transport cuts fetched requests into engine steps (the request backlog), and what it tells Faust."""
 
 from __future__ import annotations
 
+import asyncio
+import time
 from types import SimpleNamespace
 
-from futures.worker.transport import CHUNK_BYTES, RequestBacklog
+from faust.sensors.monitor import Monitor
+from faust.types import TP
+
+from futures.worker.transport import CHUNK_BYTES, RequestBacklog, TimerConsumer
 
 
 def records(n: int, size: int) -> list[SimpleNamespace]:
@@ -39,3 +44,26 @@ def test_records_fetched_before_a_rebalance_are_dropped_not_applied() -> None:
     # partition's owner now reads it again from the committed (or resume) position.
     assert backlog.take(2, 10) == [("p0", new)]
     assert backlog.records == 0 and not backlog
+
+
+def test_applied_requests_count_as_stream_activity_for_fausts_liveness_check() -> None:
+    # Requests skip Faust's per-event stream; without this, a worker working through a backlog
+    # for longer than stream_processing_timeout logs "Stream has not started processing" errors.
+    monitor = Monitor()
+    applied: list[list[int]] = []
+
+    async def apply(records: list[object]) -> None:
+        applied.append([r.offset for r in records])  # type: ignore[attr-defined]
+
+    tp = TP("timer-request", 2)
+    acked: dict[TP, list[int]] = {}
+    consumer = SimpleNamespace(
+        app=SimpleNamespace(consumer_generation_id=7, monitor=monitor),
+        _ack_offsets=lambda tp, offsets: acked.setdefault(tp, []).extend(offsets),
+    )
+    fields = {"topic": tp.topic, "partition": 2, "key": None, "value": b"v", "headers": [], "timestamp": 1}
+    batch = [SimpleNamespace(offset=offset, **fields) for offset in (5, 6)]
+    before = time.monotonic()
+    asyncio.run(TimerConsumer._apply(consumer, apply, [(tp, batch)], 7))  # type: ignore[arg-type]
+    assert applied == [[5, 6]] and acked == {tp: [5, 6]}
+    assert monitor.stream_inbound_time[tp] >= before
