@@ -1,4 +1,4 @@
-"""How the transport cuts fetched requests into engine steps (the request backlog), and what it tells Faust."""
+"""How the transport cuts fetched requests into engine steps (the backlog), and what it tells Faust."""
 
 from __future__ import annotations
 
