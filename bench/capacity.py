@@ -134,6 +134,39 @@ def report(steps: list[Step], hot: int, command: str) -> str:
     return "\n".join(lines)
 
 
+@dataclass(frozen=True)
+class Row:
+    """One size of a capacity report, read back from its Markdown (:func:`read_report`)."""
+
+    pending: int
+    rss_mb: float
+    #: The hot second's rate as a share of the size before's (None for the first size).
+    vs_before: float | None
+    #: When the report was made ("2026-11-24 10:13 UTC").
+    when: str
+
+
+def read_report(text: str) -> list[Row]:
+    """The rows of a report :func:`report` wrote (``make bench`` judges the 10 M targets by them)."""
+    run = next((line for line in text.splitlines() if line.startswith("Run on ")), "")
+    when = run[len("Run on ") :].split(": `", 1)[0]
+    rows = []
+    for line in text.splitlines():
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        if len(cells) < 7 or not cells[0].replace(",", "").isdigit():
+            continue
+        share = cells[6].rstrip("%")
+        rows.append(
+            Row(
+                pending=int(cells[0].replace(",", "")),
+                rss_mb=float(cells[2].removesuffix(" MB").replace(",", "")),
+                vs_before=float(share) / 100 if share.isdigit() else None,
+                when=when,
+            )
+        )
+    return rows
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.capacity", description=__doc__.split("\n\n")[0])
     parser.add_argument("--pending", default="1000000,10000000", help="pending totals, comma-separated")

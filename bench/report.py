@@ -13,6 +13,7 @@ from pathlib import Path
 
 from bench.aggregate import Getter, Spread, of_fire, percent, rate, ratio, spread
 from bench.aggregate import ms as _ms
+from bench.capacity import read_report
 from bench.collector import FETCH_WAIT_MS
 from bench.plots import (
     HOT_PLOT,
@@ -208,11 +209,14 @@ def capacity_table(runs: Runs) -> list[str]:
     return rows
 
 
-def targets_section(runs: Runs) -> list[str]:
+def targets_section(runs: Runs, out_dir: Path | None = None) -> list[str]:
+    """The targets' verdicts; the 10 M ones from ``out_dir``'s capacity report when these runs loaded less."""
     rows = ["| target (issue 11) | measured | verdict |", "|---|---|---|"]
     profiled = {p.phase: p for p in runs[0].profiles}
     missed_profiles = []
-    for v in evaluate(runs):
+    capacity = out_dir / PLOT_DIR / "capacity.md" if out_dir is not None else None
+    apart = read_report(capacity.read_text()) if capacity is not None and capacity.exists() else []
+    for v in evaluate(runs, apart):
         verdict = v.status + (f", {v.gap}" if v.gap else "")
         rows.append(f"| {v.target} | {v.measured} | **{verdict}** |")
         if v.status == MISSED and v.phase in profiled and profiled[v.phase].top_self:
@@ -469,7 +473,7 @@ def write(runs: Runs, out_dir: Path) -> Path:
         *measured_apart(out_dir),
         "## Targets",
         "",
-        *targets_section(runs),
+        *targets_section(runs, out_dir),
         "",
         "## Where Redis is ahead of us, and why",
         "",

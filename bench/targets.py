@@ -11,6 +11,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from bench.aggregate import Format, Getter, Spread, of_fire, percent, rate, ratio, spread
+from bench.capacity import Row
 from bench.results import OURS, REDIS, Capacity, Results
 
 MET, MISSED, NOT_MEASURED = "met", "missed", "not measured"
@@ -204,5 +205,36 @@ def never_early(runs: Sequence[Results]) -> Verdict:
     )
 
 
-def evaluate(runs: Sequence[Results]) -> list[Verdict]:
-    return [t.check(runs) for t in targets(runs)] + [never_early(runs)]
+#: The 10 M targets and how a `make bench-capacity` row shows them: (figure, limit, at least?, format).
+_CAPACITY_TARGETS: dict[str, tuple[Callable[[Row], float | None], float, bool, Format]] = {
+    "capacity-load": (lambda row: row.rss_mb, 300, False, _mb),
+    "capacity-hot": (lambda row: row.vs_before, SAME_SPEED, True, percent),
+}
+
+
+def _from_capacity_report(verdict: Verdict, row: Row) -> Verdict:
+    """A 10 M target these runs could not measure, judged by the report of `make bench-capacity`."""
+    get, limit, at_least, fmt = _CAPACITY_TARGETS[verdict.phase]
+    value = get(row)
+    if value is None:
+        return verdict
+    measured = f"{fmt(value)} at {row.pending:,} pending (`make bench-capacity`, {row.when}, above)"
+    if (value >= limit) if at_least else (value <= limit):
+        return Verdict(verdict.target, measured, MET, phase=verdict.phase)
+    gap = f"short by {100 * (1 - value / limit):.0f} %" if at_least else f"over by {fmt(value - limit)}"
+    return Verdict(verdict.target, measured, MISSED, gap, verdict.phase)
+
+
+def evaluate(runs: Sequence[Results], capacity: Sequence[Row] = ()) -> list[Verdict]:
+    """Every target's verdict; ``capacity``: the rows of a `make bench-capacity` report, for the
+    10 M targets when these runs loaded fewer timers."""
+    verdicts = [t.check(runs) for t in targets(runs)] + [never_early(runs)]
+    largest = max(
+        (row for row in capacity if row.pending >= CAPACITY_TARGET), key=lambda r: r.pending, default=None
+    )
+    if largest is None:
+        return verdicts
+    return [
+        _from_capacity_report(v, largest) if v.status == NOT_MEASURED and v.phase in _CAPACITY_TARGETS else v
+        for v in verdicts
+    ]

@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from bench.aggregate import of_fire, rate, spread
+from bench.capacity import Row, Step, read_report, report
 from bench.profiling import summarize
 from bench.results import OURS, REDIS, Fire, Results
 from bench.stats import burst_rate, lateness, rate_series, rise_rate
@@ -107,6 +108,45 @@ def test_targets_give_verdicts_and_gaps_from_the_median():
     # Nothing of precise mode or 10 M pending was run: not measured, never met.
     assert verdicts["Precise mode, steady 10 k/s: p99 at the receiver ≤ 25 ms"].status == NOT_MEASURED
     assert verdicts["10 M pending: worker RSS ≤ 300 MB"].status == NOT_MEASURED
+
+
+def test_a_capacity_report_reads_back_as_its_sizes_memory_and_rate_shares():
+    steps = [
+        Step(0, rss_mb=186.2, rates=[58_000, 60_000], last_ms=[1800, 1700]),
+        Step(1_000_000, load_s=25, rss_mb=186, rates=[55_000, 55_000], last_ms=[1900, 1900]),
+        Step(10_000_000, load_s=240, rss_mb=1_200.4, rates=[49_500, 49_500], last_ms=[2000, 2100]),
+    ]
+    rows = read_report(report(steps, 100_000, "python -m bench.capacity"))
+    assert [(r.pending, r.rss_mb, r.vs_before) for r in rows] == [
+        (0, 186, None),
+        (1_000_000, 186, 0.93),
+        (10_000_000, 1_200, 0.9),
+    ]
+    assert rows[0].when.endswith("UTC")
+
+
+def test_the_10_m_targets_are_judged_by_the_capacity_report_when_the_runs_loaded_less():
+    runs = [_run(50_000, 100_000, max_late_ms=2000)]
+    at_10m = [Row(1_000_000, 190, 1.1, "today"), Row(10_000_000, 200, 0.93, "today")]
+    verdicts = {v.target: v for v in evaluate(runs, at_10m)}
+    rss = verdicts["10 M pending: worker RSS ≤ 300 MB"]
+    assert (rss.status, rss.measured) == (
+        MET,
+        "200 MB at 10,000,000 pending (`make bench-capacity`, today, above)",
+    )
+    assert verdicts["10 M pending: fire rate within 10 % of the rate at 1 M"].status == MET
+    slower = {v.target: v for v in evaluate(runs, [Row(10_000_000, 350, 0.79, "today")])}
+    assert (
+        slower["10 M pending: worker RSS ≤ 300 MB"].status,
+        slower["10 M pending: worker RSS ≤ 300 MB"].gap,
+    ) == (
+        MISSED,
+        "over by 50 MB",
+    )
+    assert slower["10 M pending: fire rate within 10 % of the rate at 1 M"].gap == "short by 12 %"
+    # A report that stopped short of 10 M judges nothing.
+    short = {v.target: v for v in evaluate(runs, [Row(1_000_000, 190, 0.95, "today")])}
+    assert short["10 M pending: worker RSS ≤ 300 MB"].status == NOT_MEASURED
 
 
 def test_the_report_repeats_the_first_table_of_the_reports_measured_apart(tmp_path):
