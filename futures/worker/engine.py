@@ -24,7 +24,7 @@ import asyncio
 import bisect
 import logging
 import time
-from collections import Counter, defaultdict, deque
+from collections import defaultdict, deque
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
@@ -62,6 +62,8 @@ Kind = TimerEvent.Kind
 #: Precise mode: timers staged by ingest, or read by a window opening, between two chances for the
 #: sending windows to run.
 _WINDOW_YIELD_EVERY = 200
+#: Timers of a tick's first piece at most (see TimerEngine._fire_due).
+_FIRST_PIECE = 2000
 #: Precise mode: timers a window sends between two settlements (delivery checked, events, deletion).
 _WINDOW_SETTLE_EVERY = 500
 
@@ -481,9 +483,12 @@ class TimerEngine:
         parse = StoredTimer.FromString
         flight: deque[tuple[list[tuple[bytes, int, bytes]], Sending]] = deque()
         committing: asyncio.Task[None] | None = None
+        # The first piece is small: the tick's first callbacks leave before a whole piece is read.
+        size = min(piece, _FIRST_PIECE)
         try:
             while True:
-                share = max(piece // max(len(scans), 1), 1)
+                share = max(size // max(len(scans), 1), 1)
+                size = piece
                 for scan in scans:
                     scan.read(share)
                 # Past the first last-read key of a partition that may hold more, some
@@ -501,10 +506,12 @@ class TimerEngine:
                 outcome = await self.dispatch.confirm(sending)
                 await self.dispatch.deliver_dead_letters(outcome)
                 done = sent if len(outcome.done) == len(sent) else [sent[i] for i in outcome.done]
+                tombstones: dict[int, list[Record]] = defaultdict(list)
                 for key, p, _ in done:
-                    changes[p].records.append((key, None))
-                for p, count in Counter(p for _, p, _ in done).items():
-                    changes[p].pending_delta -= count
+                    tombstones[p].append((key, None))
+                for p, records in tombstones.items():
+                    changes[p].records.extend(records)
+                    changes[p].pending_delta -= len(records)
                 if outcome.transient:
                     # Kept in the table: the next tick retries them, and the scans here read on past them.
                     self.metrics.dispatch_retries.inc(len(outcome.transient))
