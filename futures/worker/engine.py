@@ -466,8 +466,8 @@ class TimerEngine:
 
         All partitions' timers go out as one stream in due order, not one partition
         after another: the timers a tick made latest go first, wherever they live.
-        The stream goes in pieces of a third of ``TIMERS_FIRE_CHUNK_SIZE`` (each partition
-        read in its share of a piece, sent up to the point every partition was read to),
+        The stream goes in pieces of a third of ``TIMERS_FIRE_CHUNK_SIZE``, the first smaller
+        (each partition read in its share of a piece, sent up to the point every partition was read to),
         overlapped: while one piece's callbacks are on their way to the broker, the piece
         before is settled and the one before that committed (its tombstones written and
         deleted), so the broker's round trips are not waited for one after another. What is
