@@ -256,8 +256,8 @@ class Dispatcher:
         lateness_ms = [f - d if f > d else 0 for f, d in zip(fired, dues, strict=True)]
         self._metrics.fired.inc(len(dues))
         self._metrics.lateness.observe_many([late / 1000 for late in lateness_ms])
-        keep = -self._status.keeps  # only the newest are shown: no tuple for the rest
-        recent = zip(timers[keep:], dues[keep:], fired[keep:], strict=True)
+        newest = max(len(timers) - self._status.keeps, 0)  # only these are shown: no tuple for the rest
+        recent = zip(timers[newest:], dues[newest:], fired[newest:], strict=True)
         self._status.fired_many([Firing(t.future.id, p, d, f) for (p, t), d, f in recent], lateness_ms, fired)
 
     # -- events and dead letters -----------------------------------------------
