@@ -224,6 +224,8 @@ def callback_headers(timer: StoredTimer, fired: bytes) -> list[tuple[str, str | 
 
     Ours come last, and readers take the last value of a repeated header, so a
     user header cannot forge them (the client also refuses ``kt-*`` names).
+    ``kt-fired-ms`` is the very last: a callback built before it is sent gets its
+    dispatch time there (``futures.worker.callbacks``).
     """
     future = timer.future
     # Runs once per fired timer: most timers carry no headers and no token.

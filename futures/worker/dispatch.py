@@ -1,8 +1,9 @@
 """What the engine sends besides its changelog: callbacks, `timer-events` and dead letters.
 
-The fire path: :meth:`Dispatcher.fire` produces the callbacks of due timers
-and waits for their delivery reports; :meth:`Dispatcher.settle` turns the
-reports into outcomes (delivered → FIRED event, refused for good → dead
+The fire path: :meth:`Dispatcher.send` produces the callbacks of due timers
+(built by :mod:`futures.worker.callbacks`, ahead of time where it could) and
+:meth:`Dispatcher.confirm` waits for their delivery reports; :meth:`Dispatcher.settle`
+turns the reports into outcomes (delivered → FIRED event, refused for good → dead
 letter, transient → retried on the next tick).
 
 Events are gathered per `timer-request` partition and written as one
@@ -26,6 +27,7 @@ from confluent_kafka import KafkaError, KafkaException
 
 from futures.ingress.records import SourceRecord
 from futures.ingress.requests import seed_id
+from futures.worker.callbacks import Callback
 from futures.worker.destinations import TopicDirectory
 from futures.worker.kafka import Deliveries, KafkaWriter, is_permanent
 from futures.worker.metrics import WorkerMetrics
@@ -42,10 +44,8 @@ from ktimers.wire import (
     KIND_BATCH,
     KIND_HEADER,
     FiredTimers,
-    StoredTimer,
     TimerEvent,
     TimerEventBatch,
-    callback_headers,
     event_batch_key,
 )
 
@@ -66,7 +66,7 @@ EVENT_BATCH_BYTES = 512 * 1024
 class Sending:
     """Callbacks produced by :meth:`Dispatcher.send`, their delivery reports not yet settled."""
 
-    timers: list[tuple[int, StoredTimer]]
+    callbacks: list[Callback]
     deliveries: Deliveries
     fired_ms: int
 
@@ -140,7 +140,7 @@ class Dispatcher:
 
     def produce_callback(
         self,
-        timer: StoredTimer,
+        callback: Callback,
         fired: bytes,
         deliveries: Deliveries,
         index: int,
@@ -153,8 +153,7 @@ class Dispatcher:
         round, filled as topics come up (one lookup per topic and round, not per timer).
         Runs once per fired timer: one call into librdkafka in the common case.
         """
-        future = timer.future
-        topic = future.callBackTopic
+        topic = callback.topic
         problem = problems.get(topic, _UNSEEN)
         if problem is not None:
             if problem is _UNSEEN:
@@ -162,8 +161,7 @@ class Dispatcher:
             if problem is not None:
                 deliveries.errors[index] = problem  # settled like a delivery report
                 return
-        key, value = future.callBackKey.encode(), future.callBack
-        headers = callback_headers(timer, fired)
+        key, value, headers = callback.record_key, callback.value, callback.stamp(fired)
         report = functools.partial(deliveries.report, index)
         try:
             self._writer.queue(topic, value, key=key, on_delivery=report, headers=headers)
@@ -171,46 +169,46 @@ class Dispatcher:
         except (BufferError, KafkaException):
             self._writer.produce(topic, key, value, headers=headers, deliveries=deliveries, index=index)
 
-    def send(self, timers: Iterable[tuple[int, StoredTimer]], fired_ms: int) -> Sending:
-        """Produce the callbacks of ``timers`` ((partition, timer), in firing order); :meth:`confirm`
-        settles them once their delivery reports are in.
+    def send(self, callbacks: Iterable[Callback], fired_ms: int) -> Sending:
+        """Produce ``callbacks`` (in firing order); :meth:`confirm` settles them once their
+        delivery reports are in.
 
-        ``timers`` may be lazy (stored timers parsed as they are taken): the first
-        callback is on its way before the last timer is parsed.
+        ``callbacks`` may be lazy (built as they are taken): the first is on its way
+        before the last is built.
         """
         sending = Sending([], Deliveries(), fired_ms)
         fired = str(fired_ms).encode()
         deliveries = sending.deliveries
         problems: dict[str, KafkaError | None] = {}
-        produce, take = self.produce_callback, sending.timers.append
-        for i, item in enumerate(timers):
-            take(item)
-            produce(item[1], fired, deliveries, i, problems)
+        produce, take = self.produce_callback, sending.callbacks.append
+        for i, callback in enumerate(callbacks):
+            take(callback)
+            produce(callback, fired, deliveries, i, problems)
         return sending
 
     async def confirm(self, sending: Sending) -> FireOutcome:
         """Wait for the delivery reports of what :meth:`send` produced, then settle them."""
         await self._writer.delivered(sending.deliveries)
-        timers = sending.timers
-        return self.settle(timers, sending.deliveries, [sending.fired_ms] * len(timers))
+        callbacks = sending.callbacks
+        return self.settle(callbacks, sending.deliveries, [sending.fired_ms] * len(callbacks))
 
-    async def fire(self, timers: Iterable[tuple[int, StoredTimer]], fired_ms: int) -> FireOutcome:
+    async def fire(self, callbacks: Iterable[Callback], fired_ms: int) -> FireOutcome:
         """Produce callbacks and wait for every delivery report (:meth:`send`, then :meth:`confirm`)."""
-        return await self.confirm(self.send(timers, fired_ms))
+        return await self.confirm(self.send(callbacks, fired_ms))
 
     def settle(
-        self, timers: Sequence[tuple[int, StoredTimer]], deliveries: Deliveries, fired: Sequence[int]
+        self, callbacks: Sequence[Callback], deliveries: Deliveries, fired: Sequence[int]
     ) -> FireOutcome:
         """Count, record and dead-letter by delivery report; say which timers to delete."""
         errors = deliveries.errors
         if not errors:  # the common case: every callback delivered
-            self._fired(timers, fired)
-            return FireOutcome(list(range(len(timers))), [])
+            self._fired(callbacks, fired)
+            return FireOutcome(list(range(len(callbacks))), [])
         done: list[int] = []
         transient: list[int] = []
         delivered: list[int] = []
         dead_lettered = 0
-        for i, (partition, timer) in enumerate(timers):
+        for i, callback in enumerate(callbacks):
             err = errors.get(i)
             if err is None:
                 done.append(i)
@@ -218,35 +216,34 @@ class Dispatcher:
             elif is_permanent(err):
                 done.append(i)
                 dead_lettered += 1
-                self.dead_letter_callback(partition, timer, err)
+                self.dead_letter_callback(callback, err)
             else:
                 transient.append(i)
                 self._retries_log.warning(
                     "callback of timer %s to %s failed, will retry: %s",
-                    timer.future.id,
-                    timer.future.callBackTopic,
+                    callback.timer_id,
+                    callback.topic,
                     err.str(),
                 )
-        self._fired([timers[i] for i in delivered], [fired[i] for i in delivered])
+        self._fired([callbacks[i] for i in delivered], [fired[i] for i in delivered])
         return FireOutcome(done, transient, dead_lettered)
 
-    def _fired(self, timers: Sequence[tuple[int, StoredTimer]], fired: Sequence[int]) -> None:
+    def _fired(self, callbacks: Sequence[Callback], fired: Sequence[int]) -> None:
         """FIRED events, metrics and status of delivered callbacks (``fired``: each one's dispatch time)."""
         dues: list[int] = []
         due_of = dues.append
         # The events, column by column per partition (a FiredTimers block): ids, due times, offsets.
         columns: dict[int, tuple[list[str], list[int], list[int]]] = {}
-        for partition, timer in timers:
-            future = timer.future
-            due_ms = future.due_ms
+        for callback in callbacks:
+            partition, timer_id, due_ms = callback.partition, callback.timer_id, callback.due_ms
             due_of(due_ms)
             column = columns.get(partition)
             if column is None:
                 column = columns[partition] = ([], [], [])
             ids, due_times, offsets = column
-            ids.append(future.id)
+            ids.append(timer_id)
             due_times.append(due_ms)
-            offsets.append(timer.source_offset)
+            offsets.append(callback.source_offset)
         now = self._clock()
         for partition, (ids, due_times, offsets) in columns.items():
             self._batch(partition).fired.add(
@@ -256,9 +253,10 @@ class Dispatcher:
         lateness_ms = [f - d if f > d else 0 for f, d in zip(fired, dues, strict=True)]
         self._metrics.fired.inc(len(dues))
         self._metrics.lateness.observe_many([late / 1000 for late in lateness_ms])
-        newest = max(len(timers) - self._status.keeps, 0)  # only these are shown: no tuple for the rest
-        recent = zip(timers[newest:], dues[newest:], fired[newest:], strict=True)
-        self._status.fired_many([Firing(t.future.id, p, d, f) for (p, t), d, f in recent], lateness_ms, fired)
+        newest = max(len(callbacks) - self._status.keeps, 0)  # only these are shown: no tuple for the rest
+        recent = zip(callbacks[newest:], fired[newest:], strict=True)
+        shown = [Firing(c.timer_id, c.partition, c.due_ms, f) for c, f in recent]
+        self._status.fired_many(shown, lateness_ms, fired)
 
     # -- events and dead letters -----------------------------------------------
 
@@ -339,8 +337,9 @@ class Dispatcher:
             reason=f"{reason}: {detail}",
         )
 
-    def dead_letter_callback(self, partition: int, timer: StoredTimer, err: KafkaError) -> None:
+    def dead_letter_callback(self, callback: Callback, err: KafkaError) -> None:
         """A callback its topic refused for good: dead-letter the timer so it can be fixed and resent."""
+        timer = callback.timer()
         future = timer.future
         reason = "callback-undeliverable"
         detail = short(f"{future.callBackTopic}: {err.str()}")
@@ -361,7 +360,7 @@ class Dispatcher:
         self.event(
             future.id,
             Kind.REJECTED,
-            partition,
+            callback.partition,
             due_ms=future.due_ms,
             source_offset=timer.source_offset,
             reason=f"{reason}: {detail}",

@@ -32,6 +32,7 @@ from confluent_kafka import KafkaError
 
 from futures.ingress.records import SourceRecord
 from futures.ingress.requests import CancelRequest, RequestParser, Schedule
+from futures.worker.callbacks import Callback, Lookahead, from_timer, prepare
 from futures.worker.config import LatePolicy, WorkerConfig
 from futures.worker.destinations import AnyTopic, TopicDirectory
 from futures.worker.dispatch import Dispatcher, Sending
@@ -62,10 +63,15 @@ Kind = TimerEvent.Kind
 #: Precise mode: timers staged by ingest, or read by a window opening, between two chances for the
 #: sending windows to run.
 _WINDOW_YIELD_EVERY = 200
+#: Precise mode: timers a window's opening reads and prepares between two chances for the sending
+#: windows to run (~5 µs each: a slice stays near a quarter of a millisecond).
+_WINDOW_OPEN_SLICE = 50
 #: Timers of a tick's first piece at most (see TimerEngine._fire_due).
 _FIRST_PIECE = 2000
 #: Precise mode: timers a window sends between two settlements (delivery checked, events, deletion).
 _WINDOW_SETTLE_EVERY = 500
+#: Second mode: timers prepared ahead of their tick at a time, holding the engine lock (~2 ms).
+_PREPARE_SLICE = 500
 
 
 def wall_clock_ms() -> int:
@@ -86,8 +92,9 @@ class _Changes:
     # Ids touched in this batch → due ms (None = removed): later requests in the
     # same batch must see earlier ones before anything reaches the table.
     overlay: dict[str, int | None] = field(default_factory=dict)
-    # Precise mode: timers put into the table, for their window once the write is durable.
-    offers: list[tuple[str, Item]] = field(default_factory=list)
+    # Precise mode: timers put into the table, for their window once the write is durable:
+    # (id, due ms, table key, StoredTimer bytes).
+    offers: list[tuple[str, int, bytes, bytes]] = field(default_factory=list)
 
 
 class _DueScan:
@@ -102,13 +109,20 @@ class _DueScan:
         self.last = b""  # the last key read: the next read starts past it
 
     def read(self, count: int) -> None:
-        """Read the next ``count`` due timers, when those in hand were all taken."""
-        if self._items or not self.more:
+        """Read on, up to ``count`` due timers in hand.
+
+        Topped up, not read only once all were taken: a piece is the timers up to the
+        first partition's last key read, and the other partitions' leftovers alone
+        would make a piece of a few dozen timers, each piece costing broker round trips.
+        """
+        want = count - len(self._items)
+        if want <= 0 or not self.more:
             return
-        self._items = self._table.due_items(self._limit_ms, count, after=self.last or None)
-        self.more = len(self._items) == count
-        if self._items:
-            self.last = self._items[-1][0]
+        items = self._table.due_items(self._limit_ms, want, after=self.last or None)
+        self.more = len(items) == want
+        if items:
+            self._items.extend(items)
+            self.last = items[-1][0]
 
     def take(self, bound: bytes | None) -> list[tuple[bytes, int, bytes]]:
         """The timers in hand with keys up to ``bound`` (all of them if None), as (key, partition, value)."""
@@ -155,6 +169,10 @@ class TimerEngine:
             self._topics, writer, metrics, self.status, clock, callback_topics or AnyTopic()
         )
         self._windows = Windows(config.fire_chunk_size)  # precise mode
+        # Second mode: the next second's callbacks, prepared between ticks (_prepare_ahead).
+        self._lookahead = Lookahead(config.fire_chunk_size)
+        self._ahead: dict[int, int] = {}  # partition → the second its clock is at, to prepare past
+        self._ahead_task: asyncio.Task[None] | None = None
         # Ticks waiting for the lock (see note_ticks): partition → the highest second received.
         self._ticks: dict[int, int] = {}
         self._joined: dict[int, int] = {}  # partition → second of a noted tick that joined a firing
@@ -178,7 +196,7 @@ class TimerEngine:
             now = self._clock()
             parser = RequestParser(self.config.parse_limits, now)
             changes: dict[int, _Changes] = defaultdict(_Changes)
-            fire_now: list[tuple[int, StoredTimer]] = []
+            fire_now: list[Callback] = []
             staged = yielded = 0
             request_topic = self._topics.request
             queue = deque((record, True) for record in records)
@@ -215,7 +233,7 @@ class TimerEngine:
                     if isinstance(request, Schedule):
                         late = self._schedule(request, part, now, table)
                         if late is not None:
-                            fire_now.append((record.partition, late))
+                            fire_now.append(from_timer(late, record.partition))
                     elif isinstance(request, CancelRequest):
                         self._cancel(request, part)
                     else:
@@ -232,21 +250,19 @@ class TimerEngine:
                     changes, fire_now, staged, yielded = defaultdict(_Changes), [], 0, 0
             await self._apply_staged(changes, fire_now)
 
-    async def _apply_staged(
-        self, changes: dict[int, _Changes], fire_now: list[tuple[int, StoredTimer]]
-    ) -> None:
+    async def _apply_staged(self, changes: dict[int, _Changes], fire_now: list[Callback]) -> None:
         """Fire the late timers of an ingest step, then write the step to the changelog and the tables."""
         if fire_now:
             outcome = await self.dispatch.fire(fire_now, self._clock())
             for i in outcome.transient:
-                partition, timer = fire_now[i]
-                self._keep_for_retry(partition, timer, changes[partition])
+                late = fire_now[i]
+                self._keep_for_retry(late, changes[late.partition])
         await self._commit(changes)
         self.metrics.scheduled.inc(sum(part.scheduled for part in changes.values()))
         for partition, part in changes.items():
-            for timer_id, item in part.offers:
-                if part.overlay.get(timer_id) == item[0]:  # not replaced or cancelled later in the step
-                    self._windows.offer(partition, item)
+            for timer_id, due_ms, key, stored in part.offers:
+                if part.overlay.get(timer_id) == due_ms:  # not replaced or cancelled later in the step
+                    self._windows.offer(partition, due_ms, key, stored)
 
     def _owned(self, records: Sequence[SourceRecord]) -> Sequence[SourceRecord]:
         """Drop records of partitions revoked while they were buffered: the new owner reads them."""
@@ -255,16 +271,16 @@ class TimerEngine:
             log.info("skipped %d records of partitions no longer assigned here", len(records) - len(kept))
         return kept
 
-    def _keep_for_retry(self, partition: int, timer: StoredTimer, part: _Changes) -> None:
+    def _keep_for_retry(self, late: Callback, part: _Changes) -> None:
         """Store a late timer whose callback failed transiently, so the next tick retries it.
 
         Its key is placed just after the watermark (scans start there); the
         Future keeps its real due time for headers and lateness.
         """
         self.metrics.dispatch_retries.inc()
-        retry_ms = self._tables(partition).watermark * 1000 + 1
-        part.records.append((table_key(retry_ms, timer.future.id), timer.SerializeToString()))
-        part.overlay[timer.future.id] = retry_ms
+        retry_ms = self._tables(late.partition).watermark * 1000 + 1
+        part.records.append((table_key(retry_ms, late.timer_id), late.stored))
+        part.overlay[late.timer_id] = retry_ms
         part.pending_delta += 1
 
     def _current_due(self, part: _Changes, table: PartitionTimers, timer_id: str) -> int | None:
@@ -335,7 +351,7 @@ class TimerEngine:
         part.records.append((new_key, value))
         part.overlay[timer_id] = due_ms
         if self._windows:
-            part.offers.append((timer_id, (due_ms, new_key, value)))
+            part.offers.append((timer_id, due_ms, new_key, value))
         if old_due is None:
             part.pending_delta += 1
         part.scheduled += 1
@@ -410,10 +426,12 @@ class TimerEngine:
                 if partition not in held:
                     changes[partition].watermark = target
             await self._commit(changes)
+            moved = {p: part.watermark for p, part in changes.items() if part.watermark is not None}
             if self.config.precise:
-                for partition, part in changes.items():
-                    if part.watermark is not None:
-                        await self._open_windows(partition, part.watermark)
+                for partition, second in moved.items():
+                    await self._open_windows(partition, second)
+            else:
+                self._look_ahead(moved)
         self.metrics.ticks.labels("advanced").inc(
             sum(1 for part in changes.values() if part.watermark is not None)
         )
@@ -480,8 +498,7 @@ class TimerEngine:
             for partition, second in targets.items()
         ]
         held: set[int] = set()
-        parse = StoredTimer.FromString
-        flight: deque[tuple[list[tuple[bytes, int, bytes]], Sending]] = deque()
+        flight: deque[Sending] = deque()
         committing: asyncio.Task[None] | None = None
         # The first piece is small: the tick's first callbacks leave before a whole piece is read.
         size = min(piece, _FIRST_PIECE)
@@ -496,26 +513,27 @@ class TimerEngine:
                 bound = min((scan.last for scan in scans if scan.more), default=None)
                 batch = sorted(item for scan in scans for item in scan.take(bound))  # runs merged: Timsort
                 if batch:
-                    sending = self.dispatch.send(((p, parse(value)) for _, p, value in batch), self._clock())
-                    flight.append((batch, sending))
+                    # Built as they go out, but for those prepared before the tick (Lookahead).
+                    flight.append(self.dispatch.send(self._lookahead.take(batch), self._clock()))
                     if len(flight) < depth - 1:
                         continue  # the next piece goes out before this one is settled
                 if not flight:
                     return held
-                sent, sending = flight.popleft()
+                sending = flight.popleft()
                 outcome = await self.dispatch.confirm(sending)
                 await self.dispatch.deliver_dead_letters(outcome)
+                sent = sending.callbacks
                 done = sent if len(outcome.done) == len(sent) else [sent[i] for i in outcome.done]
                 tombstones: dict[int, list[Record]] = defaultdict(list)
-                for key, p, _ in done:
-                    tombstones[p].append((key, None))
+                for callback in done:
+                    tombstones[callback.partition].append((callback.key, None))
                 for p, records in tombstones.items():
                     changes[p].records.extend(records)
                     changes[p].pending_delta -= len(records)
                 if outcome.transient:
                     # Kept in the table: the next tick retries them, and the scans here read on past them.
                     self.metrics.dispatch_retries.inc(len(outcome.transient))
-                    held.update(sent[i][1] for i in outcome.transient)
+                    held.update(sent[i].partition for i in outcome.transient)
                 if not self.config.precise:
                     # The other partitions' ticks of this second often come a fetch later: they
                     # join this firing instead of waiting for all of it (and its commit) to end.
@@ -540,6 +558,47 @@ class TimerEngine:
             if committing is not None:
                 await committing
 
+    def _look_ahead(self, moved: Mapping[int, int]) -> None:
+        """Second mode: prepare the callbacks each partition's next tick fires, its clock just
+        moved to the second in ``moved`` (see :class:`~futures.worker.callbacks.Lookahead`)."""
+        for partition in self._lookahead.partitions():
+            if partition in moved or not self._owns(partition):
+                self._lookahead.drop(partition)  # fired by now, or the partition went elsewhere
+        self._ahead.update(moved)
+        if self._ahead and (self._ahead_task is None or self._ahead_task.done()):
+            self._ahead_task = asyncio.ensure_future(self._prepare_ahead())
+
+    async def prepared(self) -> None:
+        """Wait until what :meth:`_look_ahead` started is prepared (tests and benchmarks)."""
+        if self._ahead_task is not None:
+            await self._ahead_task
+
+    async def _prepare_ahead(self) -> None:
+        """Prepare the timers due in the second after each clock of ``self._ahead``, in slices,
+        while the budget allows: ticks and requests go on between the slices."""
+        lookahead = self._lookahead
+        try:
+            while self._ahead:
+                partition, second = self._ahead.popitem()
+                after: bytes | None = None
+                while lookahead.room():
+                    async with self._lock:
+                        # Revoked, or its clock moved on meanwhile (that move queued its own turn).
+                        if not self._owns(partition) or self._tables(partition).watermark != second:
+                            break
+                        count = min(_PREPARE_SLICE, lookahead.room())
+                        due = self._tables(partition).due_items((second + 1) * 1000, count, after=after)
+                        lookahead.fill(partition, due)
+                    if len(due) < count:
+                        break
+                    after = due[-1][0]
+                    await asyncio.sleep(0)
+        except Exception:
+            # Only a head start is lost: the tick builds what is not prepared, and meets
+            # the same problem, if it is one, where it is handled today.
+            log.warning("preparing the next second's callbacks failed", exc_info=True)
+            self._ahead.clear()
+
     # -- precise mode ------------------------------------------------------------
 
     async def _open_windows(self, partition: int, second: int) -> None:
@@ -557,9 +616,9 @@ class TimerEngine:
             items: list[Item] = []
             after: bytes | None = None
             while True:
-                count = min(_WINDOW_YIELD_EVERY, most - len(items))
+                count = min(_WINDOW_OPEN_SLICE, most - len(items))
                 due = table.due_items(window * 1000, count, after=after, from_ms=(window - 1) * 1000 + 1)
-                items.extend([(due_of_key(key), key, value) for key, value in due])
+                items.extend([(due_of_key(key), key, prepare(key, partition, value)) for key, value in due])
                 if len(due) < count or len(items) >= most:
                     break
                 after = due[-1][0]
@@ -582,7 +641,7 @@ class TimerEngine:
         try:
             deliveries = Deliveries()
             topics: dict[str, KafkaError | None] = {}  # callback topics looked up, for this window
-            sent: list[tuple[bytes, StoredTimer, int]] = []
+            sent: list[tuple[Callback, int]] = []  # and when each was sent
             while True:
                 next_due = window.next_due()
                 wait_ms = (end_ms if next_due is None else next_due) - self._clock()
@@ -591,15 +650,14 @@ class TimerEngine:
                     continue
                 if next_due is None:
                     break  # the second is over: a timer offered from now on is the next tick's
-                taken = window.pop()
-                if taken is None:
+                callback = window.pop()
+                if callback is None:
                     continue  # cancelled or replaced meanwhile
-                key, value = taken
-                timer = StoredTimer.FromString(value)
                 fired_ms = self._clock()
-                self.dispatch.produce_callback(timer, str(fired_ms).encode(), deliveries, len(sent), topics)
-                window.sent.add(key)
-                sent.append((key, timer, fired_ms))
+                fired = str(fired_ms).encode()
+                self.dispatch.produce_callback(callback, fired, deliveries, len(sent), topics)
+                window.sent.add(callback.key)
+                sent.append((callback, fired_ms))
                 if len(sent) >= _WINDOW_SETTLE_EVERY:
                     settling.append(asyncio.create_task(self._settle_sent(window, sent, deliveries)))
                     deliveries, sent = Deliveries(), []
@@ -613,7 +671,7 @@ class TimerEngine:
             self._windows.close(window)
 
     async def _settle_sent(
-        self, window: Window, sent: list[tuple[bytes, StoredTimer, int]], deliveries: Deliveries
+        self, window: Window, sent: list[tuple[Callback, int]], deliveries: Deliveries
     ) -> None:
         """Once their delivery reports are in, record a window's sent timers and delete them."""
         partition = window.partition
@@ -621,14 +679,13 @@ class TimerEngine:
         async with self._lock:
             if not self._owns(partition):
                 return  # the new owner re-sends them: at least once
-            outcome = self.dispatch.settle(
-                [(partition, timer) for _, timer, _ in sent], deliveries, [f for *_, f in sent]
-            )
+            outcome = self.dispatch.settle([c for c, _ in sent], deliveries, [f for _, f in sent])
             await self.dispatch.deliver_dead_letters(outcome)
             part = _Changes()
             for i in outcome.done:
-                if sent[i][0] not in window.removed:
-                    part.records.append((sent[i][0], None))
+                key = sent[i][0].key
+                if key not in window.removed:
+                    part.records.append((key, None))
                     part.pending_delta -= 1
             # Transient failures stay in the table: the next tick's scan retries them.
             await self._commit({partition: part})

@@ -8,6 +8,8 @@ ingest, or in the broker) delays none of them. Timers accepted into an open wind
 after it opened join it (:meth:`Windows.offer`); a cancel or a new version takes its timer
 out (:meth:`Windows.cancel`, :meth:`Windows.withdraw`). Timers stay in the table until sent
 and deleted by their window (``TimerEngine._send_window``), so a crash re-sends them.
+A window holds its timers' callbacks ready to send (:mod:`futures.worker.callbacks`): built
+when it opens, a second ahead, not at each timer's millisecond.
 """
 
 from __future__ import annotations
@@ -18,8 +20,10 @@ from collections.abc import Callable, Coroutine, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-#: A timer for a window: (due epoch ms, table key, ``StoredTimer`` bytes).
-Item = tuple[int, bytes, bytes]
+from futures.worker.callbacks import Callback, prepare
+
+#: A timer for a window: (due epoch ms, table key, its callback).
+Item = tuple[int, bytes, Callback]
 
 
 def window_of(due_ms: int) -> int:
@@ -33,9 +37,9 @@ class Window:
 
     partition: int
     second: int  # holds the timers due in ((second - 1) · 1000, second · 1000]
-    #: (due ms, table key) of the timers still to send, earliest first; their values in ``values``.
+    #: (due ms, table key) of the timers still to send, earliest first; their callbacks in ``callbacks``.
     heap: list[tuple[int, bytes]] = field(default_factory=list)
-    values: dict[bytes, bytes] = field(default_factory=dict)
+    callbacks: dict[bytes, Callback] = field(default_factory=dict)
     held: set[bytes] = field(default_factory=set)  # table keys of every timer it took
     sent: set[bytes] = field(default_factory=set)
     removed: set[bytes] = field(default_factory=set)  # cancelled or replaced by ingest meanwhile
@@ -48,10 +52,10 @@ class Window:
     def add(self, item: Item) -> bool:
         """Take a timer (a new version replaces a pending one of the same key); True if it
         is now the earliest to send."""
-        due_ms, key, value = item
-        if key not in self.values:
+        due_ms, key, callback = item
+        if key not in self.callbacks:
             heapq.heappush(self.heap, (due_ms, key))
-        self.values[key] = value
+        self.callbacks[key] = callback
         self.held.add(key)
         self.removed.discard(key)  # withdrawn for this very version: it is the one to send
         return self.heap[0][1] == key
@@ -60,13 +64,13 @@ class Window:
         """Due time (epoch ms) of the next timer to send, if any."""
         return self.heap[0][0] if self.heap else None
 
-    def pop(self) -> tuple[bytes, bytes] | None:
-        """The next timer to send, (key, value), or None if it was cancelled or replaced."""
+    def pop(self) -> Callback | None:
+        """The next timer's callback, or None if it was cancelled or replaced."""
         _, key = heapq.heappop(self.heap)
-        value = self.values.pop(key, None)
-        if value is None or key in self.removed:
+        callback = self.callbacks.pop(key, None)
+        if callback is None or key in self.removed:
             return None
-        return key, value
+        return callback
 
     async def wait(self, seconds: float) -> None:
         """Sleep ``seconds``, or less if :meth:`Windows.offer` adds an earlier timer meanwhile."""
@@ -125,14 +129,13 @@ class Windows:
         for task in waiting:
             await asyncio.shield(task)
 
-    def offer(self, partition: int, item: Item) -> None:
-        """A timer just accepted into the table: its window sends it, if that window is open
-        and still sending; otherwise a tick's scan finds it."""
-        due_ms, key, _ = item
+    def offer(self, partition: int, due_ms: int, key: bytes, stored: bytes) -> None:
+        """A timer just accepted into the table (``stored``: its ``StoredTimer`` bytes): its window
+        sends it, if that window is open and still sending; otherwise a tick's scan finds it."""
         window = self._open.get((partition, window_of(due_ms)))
         if window is None or window.closing or key in window.sent or len(window.held) >= self.max_timers:
             return
-        if window.add(item) and window.waiter is not None:
+        if window.add((due_ms, key, prepare(key, partition, stored))) and window.waiter is not None:
             _wake(window.waiter)
 
     def cancel(self, partition: int, due_ms: int, key: bytes) -> bool:

@@ -732,3 +732,82 @@ def test_a_tick_asks_the_topic_directory_once_per_callback_topic_not_once_per_ti
 def test_a_callback_topic_is_looked_up_when_its_first_timer_is_accepted_not_when_it_fires(rig):
     rig.ingest(rig.request("a", T_MS + 10, topic="audit"), rig.request("b", T_MS + 20, topic="audit"))
     assert rig.callback_topics.asked == ["audit"]  # once, ahead of the tick that fires them
+
+
+# -- the next second's callbacks, prepared between ticks ----------------------------
+
+
+def _tick_and_prepare(rig: Rig, second: int, partitions: tuple[int, ...] = (0,)) -> None:
+    """A tick, then the wait between ticks in which the engine prepares the next second."""
+    rig.now = max(rig.now, second * 1000 + 10)
+
+    async def run() -> None:
+        await rig.engine.advance([rig.tick_record(second, p) for p in partitions])
+        await rig.engine.prepared()
+
+    asyncio.run(run())
+
+
+def test_callbacks_prepared_before_their_tick_go_out_as_the_table_holds_them_at_the_tick(rig):
+    rig.ingest(
+        rig.request("replaced", T_MS + 500, payload=b"v1"),
+        rig.request("cancelled", T_MS + 600),
+        rig.request("kept", T_MS + 700, payload=b"kept"),
+        rig.request("later", T_MS + 1500),
+    )
+    _tick_and_prepare(rig, T)
+    assert len(rig.engine._lookahead) == 3  # the timers due by T + 1, not "later"
+    # Between the ticks: a new version under the same key, a cancel, a new timer.
+    rig.ingest(
+        rig.request("replaced", T_MS + 500, payload=b"v2"),
+        rig.cancel("cancelled"),
+        rig.request("new", T_MS + 800, payload=b"new"),
+    )
+    _tick_and_prepare(rig, T + 1)
+    assert [(cb.header("kt-id"), cb.value) for cb in rig.callbacks()] == [
+        (b"replaced", b"v2"),
+        (b"kept", b"kept"),
+        (b"new", b"new"),
+    ]
+    assert rig.callbacks()[0].header("kt-fired-ms") == str((T + 1) * 1000 + 10).encode()
+    # Nothing prepared is kept past its tick: what is held now is T + 2's ("later").
+    assert len(rig.engine._lookahead) == 1
+    rig.tick(T + 2)
+    assert rig.fired() == ["replaced", "kept", "new", "later"]
+
+
+def test_no_more_callbacks_are_prepared_ahead_than_a_chunk_and_the_rest_fire_too(make_rig):
+    rig = make_rig(fire_chunk_size=10)
+    due = {f"t{i:02d}": T_MS + 1 + (i * 37) % 999 for i in range(25)}
+    rig.ingest(*(rig.request(tid, ms, partition=i % 2) for i, (tid, ms) in enumerate(due.items())))
+    _tick_and_prepare(rig, T, partitions=(0, 1))
+    assert len(rig.engine._lookahead) == 10
+    _tick_and_prepare(rig, T + 1, partitions=(0, 1))
+    fired = rig.fired()
+    assert sorted(fired) == sorted(due)
+    assert [due[tid] for tid in fired] == sorted(due.values())
+    assert len(rig.engine._lookahead) == 0
+
+
+def test_what_was_prepared_for_a_partition_that_went_elsewhere_is_dropped(rig):
+    rig.ingest(rig.request("mine", T_MS + 500, partition=0), rig.request("theirs", T_MS + 500, partition=1))
+    _tick_and_prepare(rig, T, partitions=(0, 1))
+    assert len(rig.engine._lookahead) == 2
+    rig.owned = {0}  # a rebalance moved partition 1 to another worker
+    _tick_and_prepare(rig, T + 1, partitions=(0,))
+    assert rig.fired() == ["mine"]
+    assert len(rig.engine._lookahead) == 0
+
+
+def test_a_hot_second_over_several_partitions_goes_out_in_whole_pieces(make_rig):
+    # Each piece waits for the broker (its callbacks, then its tombstones): a second of
+    # 12,000 timers in pieces of 1,000 is a dozen pieces, not dozens of leftovers.
+    rig = make_rig(fire_chunk_size=3000)
+    due = {f"h{i:05d}": T_MS - (i * 7919) % 1000 for i in range(12_000)}
+    rig.ingest(*(rig.request(tid, ms, partition=i % 4) for i, (tid, ms) in enumerate(due.items())))
+    writes_before = len([s for s in rig.changelog(0) if s.key == PROGRESS_KEY])
+    rig.tick(T, partitions=(0, 1, 2, 3))
+    assert sorted(rig.fired()) == sorted(due)
+    # A piece is made durable by a changelog write of its own, closed by the progress record.
+    writes = len([s for s in rig.changelog(0) if s.key == PROGRESS_KEY]) - writes_before
+    assert writes <= 14
