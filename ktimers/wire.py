@@ -63,6 +63,7 @@ __all__ = [
     "event_batch_key",
     "UNNAMED_SOURCE",
     "callback_headers",
+    "lay_out_callback_headers",
     "timer_key",
     "split_timer_key",
     "due_prefix",
@@ -220,29 +221,33 @@ def fired_columns(block: FiredTimers) -> Iterator[tuple[str, int, int]]:
 
 def callback_headers(timer: StoredTimer, fired: bytes) -> list[tuple[str, str | bytes | None]]:
     """Headers of a timer's callback record: the user's, then ours (``fired``: the dispatch
-    time, epoch ms in decimal, as ``kt-fired-ms`` carries it).
+    time, epoch ms in decimal, as ``kt-fired-ms`` carries it). See :func:`lay_out_callback_headers`."""
+    future = timer.future
+    return lay_out_callback_headers(
+        tuple((h.key, h.value) for h in future.headers),
+        future.id.encode(),
+        str(future.due_ms).encode(),
+        future.token.encode(),
+        fired,
+    )
+
+
+def lay_out_callback_headers(
+    own: tuple[tuple[str, bytes | None], ...], timer_id: bytes, due: bytes, token: bytes, fired: bytes
+) -> list[tuple[str, str | bytes | None]]:
+    """A callback's headers from their values: the user's (``own``), then ours — ``kt-id``,
+    ``kt-due-ms``, ``kt-token`` when there is one, ``kt-fired-ms``.
 
     Ours come last, and readers take the last value of a repeated header, so a
     user header cannot forge them (the client also refuses ``kt-*`` names).
-    ``kt-fired-ms`` is the very last: a callback built before it is sent gets its
-    dispatch time there (``futures.worker.callbacks``).
+    Runs once per fired timer: most timers carry no headers and no token.
     """
-    future = timer.future
-    # Runs once per fired timer: most timers carry no headers and no token.
-    ours: list[tuple[str, str | bytes | None]] = [
-        (H_ID, future.id.encode()),
-        (H_DUE_MS, str(future.due_ms).encode()),
-        (H_FIRED_MS, fired),
-    ]
-    own = future.headers
-    token = future.token
     if not own and not token:
-        return ours
-    headers: list[tuple[str, str | bytes | None]] = [(h.key, h.value) for h in own]
-    headers.extend(ours[:2])
+        return [(H_ID, timer_id), (H_DUE_MS, due), (H_FIRED_MS, fired)]
+    headers: list[tuple[str, str | bytes | None]] = [*own, (H_ID, timer_id), (H_DUE_MS, due)]
     if token:
-        headers.append((H_TOKEN, token.encode()))
-    headers.append(ours[2])
+        headers.append((H_TOKEN, token))
+    headers.append((H_FIRED_MS, fired))
     return headers
 
 

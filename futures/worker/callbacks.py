@@ -1,7 +1,7 @@
 """A due timer's callback record, built before the timer is due where the worker can.
 
-Building a callback — parsing the stored timer, encoding its key, laying out its
-headers — is about a quarter of what a fired timer costs the worker (~4 µs of ~15).
+Building a callback — parsing the stored timer, encoding its key and its headers'
+values — is about a quarter of what a fired timer costs the worker (~4 µs of ~15).
 :func:`prepare` does it once, from the stored bytes; what is left when the timer
 comes due is the ``produce`` call (:meth:`~futures.worker.dispatch.Dispatcher.send`).
 Precise mode's windows prepare their second's timers while the second before is
@@ -17,38 +17,41 @@ from typing import NamedTuple
 
 from futures.worker.table import table_key
 from ktimers.producer import RecordHeaders
-from ktimers.wire import H_FIRED_MS, StoredTimer, callback_headers
+from ktimers.wire import StoredTimer, lay_out_callback_headers
 
 
 class Callback(NamedTuple):
-    """What the worker sends when a timer fires, and what it records once it is delivered."""
+    """What the worker sends when a timer fires, and what it records once it is delivered.
+
+    Only strings, bytes, numbers and tuples of them, and one object per callback: thousands
+    wait in memory for their second, and objects holding other objects (a list of header
+    tuples) would make every young collection of Python's garbage collector scan them, tens
+    of milliseconds each time (measured in precise mode at 10 k timers/s).
+    """
 
     key: bytes  # the timer's table key
     partition: int  # its `timer-request` partition (and table)
     topic: str
     record_key: bytes
     value: bytes
-    #: ``callback_headers`` of the timer; the last one, ``kt-fired-ms``, is set when it is sent.
-    headers: RecordHeaders
     timer_id: str
     due_ms: int
     source_offset: int
     #: The ``StoredTimer`` as the table holds it: what a prepared callback is checked against
     #: (:meth:`Lookahead.take`), and parsed again on the rare paths (dead letter, retry).
     stored: bytes
+    # The values of its headers (see ``ktimers.wire.lay_out_callback_headers``).
+    id_header: bytes
+    due_header: bytes
+    own_headers: tuple[tuple[str, bytes | None], ...]
+    token: bytes
 
     def timer(self) -> StoredTimer:
         return StoredTimer.FromString(self.stored)
 
-    def stamp(self, fired: bytes) -> RecordHeaders:
-        """The headers with ``fired`` (epoch ms in decimal) as ``kt-fired-ms``.
-
-        Set in place: librdkafka copies headers when a record is produced, so the list is
-        free again as soon as ``produce`` returns (a retry stamps it anew).
-        """
-        headers = self.headers
-        headers[-1] = (H_FIRED_MS, fired)
-        return headers
+    def headers(self, fired: bytes) -> RecordHeaders:
+        """Its headers, ``fired`` (epoch ms in decimal) as ``kt-fired-ms``."""
+        return lay_out_callback_headers(self.own_headers, self.id_header, self.due_header, self.token, fired)
 
 
 def prepare(key: bytes, partition: int, stored: bytes) -> Callback:
@@ -61,17 +64,21 @@ def from_timer(
 ) -> Callback:
     """The callback of ``timer`` (parsed already: a late timer fired as it is accepted)."""
     future = timer.future
+    timer_id, due_ms, own = future.id, future.due_ms, future.headers
     return Callback(
-        key if key is not None else table_key(future.due_ms, future.id),
+        key if key is not None else table_key(due_ms, timer_id),
         partition,
         sys.intern(future.callBackTopic),  # one string per topic, not one per prepared callback
         future.callBackKey.encode(),
         future.callBack,
-        callback_headers(timer, b""),
-        future.id,
-        future.due_ms,
+        timer_id,
+        due_ms,
         timer.source_offset,
         stored if stored is not None else timer.SerializeToString(),
+        timer_id.encode(),
+        str(due_ms).encode(),
+        tuple((h.key, h.value) for h in own) if own else (),
+        future.token.encode(),
     )
 
 

@@ -161,7 +161,7 @@ class Dispatcher:
             if problem is not None:
                 deliveries.errors[index] = problem  # settled like a delivery report
                 return
-        key, value, headers = callback.record_key, callback.value, callback.stamp(fired)
+        key, value, headers = callback.record_key, callback.value, callback.headers(fired)
         report = functools.partial(deliveries.report, index)
         try:
             self._writer.queue(topic, value, key=key, on_delivery=report, headers=headers)
