@@ -34,8 +34,9 @@ WHY_REDIS_AHEAD = {
     "ingest": "a ZADD is one write to Redis's memory, acknowledged at once (the durable setup appends it "
     "to a file that is fsynced once a second, off the ZADD's path); a timer request goes through Kafka, "
     "a Faust consumer, RocksDB and a changelog write before it counts as accepted",
-    "fire": "per fired timer our worker produces three records — the callback, a changelog tombstone and a "
-    "`timer-events` FIRED record — and deletes it from RocksDB, where the poller produces one record and "
+    "fire": "per fired timer our worker produces two records — the callback and a changelog tombstone — "
+    "adds its id to a piece's `timer-events` FIRED record, waits for both records' delivery reports and "
+    "deletes two RocksDB keys (the timer and its id index), where the poller produces one record and "
     "removes a whole chunk with one ZREM (in memory; appended to the file by the durable setup)",
     "slow-dispatch": "at this rate our worker does not finish within a tick what the tick brings — it "
     "ingests requests and dispatches due timers on one event loop — so timers wait behind earlier work",
