@@ -62,6 +62,7 @@ __all__ = [
     "fired_columns",
     "event_batch_key",
     "UNNAMED_SOURCE",
+    "callback_header_values",
     "callback_headers",
     "lay_out_callback_headers",
     "timer_key",
@@ -222,13 +223,21 @@ def fired_columns(block: FiredTimers) -> Iterator[tuple[str, int, int]]:
 def callback_headers(timer: StoredTimer, fired: bytes) -> list[tuple[str, str | bytes | None]]:
     """Headers of a timer's callback record: the user's, then ours (``fired``: the dispatch
     time, epoch ms in decimal, as ``kt-fired-ms`` carries it). See :func:`lay_out_callback_headers`."""
+    return lay_out_callback_headers(*callback_header_values(timer), fired)
+
+
+def callback_header_values(
+    timer: StoredTimer,
+) -> tuple[tuple[tuple[str, bytes | None], ...], bytes, bytes, bytes]:
+    """What :func:`lay_out_callback_headers` takes besides the dispatch time: the user's headers,
+    the id, the due time and the token, as header values."""
     future = timer.future
-    return lay_out_callback_headers(
-        tuple((h.key, h.value) for h in future.headers),
+    own = future.headers
+    return (
+        tuple((h.key, h.value) for h in own) if own else (),
         future.id.encode(),
         str(future.due_ms).encode(),
         future.token.encode(),
-        fired,
     )
 
 

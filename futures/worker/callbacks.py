@@ -17,7 +17,7 @@ from typing import NamedTuple
 
 from futures.worker.table import table_key
 from ktimers.producer import RecordHeaders
-from ktimers.wire import StoredTimer, lay_out_callback_headers
+from ktimers.wire import StoredTimer, callback_header_values, lay_out_callback_headers
 
 
 class Callback(NamedTuple):
@@ -64,7 +64,8 @@ def from_timer(
 ) -> Callback:
     """The callback of ``timer`` (parsed already: a late timer fired as it is accepted)."""
     future = timer.future
-    timer_id, due_ms, own = future.id, future.due_ms, future.headers
+    timer_id, due_ms = future.id, future.due_ms
+    own, id_header, due_header, token = callback_header_values(timer)
     return Callback(
         key if key is not None else table_key(due_ms, timer_id),
         partition,
@@ -75,10 +76,10 @@ def from_timer(
         due_ms,
         timer.source_offset,
         stored if stored is not None else timer.SerializeToString(),
-        timer_id.encode(),
-        str(due_ms).encode(),
-        tuple((h.key, h.value) for h in own) if own else (),
-        future.token.encode(),
+        id_header,
+        due_header,
+        own,
+        token,
     )
 
 
