@@ -4,8 +4,11 @@ and steady rates. Each gets a fresh callback topic and its own collector process
 
 from __future__ import annotations
 
+import contextlib
 import math
 import time
+from collections.abc import Callable
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
@@ -81,14 +84,21 @@ def _wait_accepted(system: System, target: int, until: float) -> int:
 
 
 def scheduled(
-    ctx: FireContext, system: System, workload: str, count: int, window_s: float, bucket_s: float
+    ctx: FireContext,
+    system: System,
+    workload: str,
+    count: int,
+    window_s: float,
+    bucket_s: float,
+    firing: Callable[[], AbstractContextManager[None]] = contextlib.nullcontext,
 ) -> Fire:
     """``count`` timers loaded first, then due evenly over ``window_s`` seconds.
 
     ``window_s <= 1`` is a hot second: every timer due within the one second that
     ends on a tick, so all of them fire on that tick. The first tick is planned so
     that loading (at the system's bulk rate) ends before it; if it did not, the
-    result says so.
+    result says so. ``firing`` is entered once the timers are accepted and left
+    when the callbacks are in: a profile taken in it is the firing's, not the load's.
     """
     planned_load_s = count / max(system.load_rate(), 1.0)
     first_s = math.ceil(time.time() + planned_load_s * 1.5 + ctx.margin_s)
@@ -107,7 +117,8 @@ def scheduled(
         finally:
             scheduler.close()
         got = _wait_accepted(system, base + count, until=first_s - 0.2)
-        arrivals = collector.finish()
+        with firing():
+            arrivals = collector.finish()
     finally:
         collector.stop()
     fire = _finish(system, workload, count, arrivals, first_s * 1000, bucket_s)

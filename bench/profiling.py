@@ -21,6 +21,8 @@ from bench.results import ProfileSummary
 
 #: Samples per second; ``BENCH_PYSPY_HZ`` raises it for a closer look at one phase.
 RATE_HZ = int(os.environ.get("BENCH_PYSPY_HZ", "50"))
+#: A hot second's firing lasts about a second: at the rate above, too few samples to rank.
+BURST_RATE_HZ = max(RATE_HZ, 100)
 TOP = 8
 #: Frames of our code: py-spy names files relative to the repository, as `f (path:line)`.
 OUR_PACKAGES = ("(futures/", "(ktimers/")
@@ -75,12 +77,12 @@ class Profiler:
         self.problem = "" if self.binary or not enabled else "py-spy not found"
 
     @contextlib.contextmanager
-    def sample(self, pid: int, phase: str) -> Iterator[None]:
+    def sample(self, pid: int, phase: str, rate_hz: int = RATE_HZ) -> Iterator[None]:
         if self.binary is None:
             yield
             return
         out = self.out_dir / f"profile-{phase}.txt"
-        argv = [self.binary, "record", "--pid", str(pid), "--nonblocking", "--rate", str(RATE_HZ)]
+        argv = [self.binary, "record", "--pid", str(pid), "--nonblocking", "--rate", str(rate_hz)]
         argv += ["--format", "raw", "--output", str(out)]
         log = self.out_dir / f"profile-{phase}.log"
         with open(log, "wb") as log_file:

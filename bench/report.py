@@ -38,8 +38,8 @@ WHY_REDIS_AHEAD = {
     "adds its id to a piece's `timer-events` FIRED record, waits for both records' delivery reports and "
     "deletes two RocksDB keys (the timer and its id index), where the poller produces one record and "
     "removes a whole chunk with one ZREM (in memory; appended to the file by the durable setup)",
-    "slow-dispatch": "at this rate our worker does not finish within a tick what the tick brings — it "
-    "ingests requests and dispatches due timers on one event loop — so timers wait behind earlier work",
+    "slow-dispatch": "our worker sends a second's timers at its fire rate (above), so at this size the "
+    "last of them leave well after their tick: they wait behind the earlier ones, not for the tick",
     "tick-path": "both designs are driven once a second; the difference is the path of the tick (an "
     "oscillator record through Kafka and a Faust consumer vs. a local timer in the poller)",
 }
@@ -214,21 +214,35 @@ def targets_section(runs: Runs, out_dir: Path | None = None) -> list[str]:
     """The targets' verdicts; the 10 M ones from ``out_dir``'s capacity report when these runs loaded less."""
     rows = ["| target (issue 11) | measured | verdict |", "|---|---|---|"]
     profiled = {p.phase: p for p in runs[0].profiles}
-    missed_profiles = []
     capacity = out_dir / PLOT_DIR / "capacity.md" if out_dir is not None else None
     apart = read_report(capacity.read_text()) if capacity is not None and capacity.exists() else []
+    missed = []
     for v in evaluate(runs, apart):
         verdict = v.status + (f", {v.gap}" if v.gap else "")
         rows.append(f"| {v.target} | {v.measured} | **{verdict}** |")
-        if v.status == MISSED and v.phase in profiled and profiled[v.phase].top_self:
-            missed_profiles.append((v.target, profiled[v.phase]))
-    lines = rows
-    if missed_profiles:
-        lines += ["", "Where the worker's CPU went during the missed targets (py-spy, run 1):", ""]
-        for target, prof in dict((p.phase, (t, p)) for t, p in missed_profiles).values():
-            top = "; ".join(f"`{fn}` {pct:.0f} %" for fn, pct in prof.top_self[:4])
-            ours = "; ".join(f"`{fn}` {pct:.0f} %" for fn, pct in prof.top_ours[:4])
-            lines.append(f"- {target} — phase `{prof.phase}`: own time {top}; our code on the stack {ours}")
+        if v.status == MISSED:
+            missed.append(v)
+    if not missed:
+        return rows
+    head = "Each missed target: where the worker's CPU went (py-spy, run 1), and what would close it."
+    lines = [*rows, "", head, ""]
+    shown: set[str] = set()
+    for v in missed:
+        lines.append(f"- **{v.target}** ({v.gap}).")
+        prof = profiled.get(v.phase)
+        if prof is not None and prof.top_self:
+            if prof.phase in shown:
+                lines.append(f"  - Profile: phase `{prof.phase}`, as above.")
+            else:
+                top = "; ".join(f"`{fn}` {pct:.0f} %" for fn, pct in prof.top_self[:5])
+                ours = "; ".join(f"`{fn}` {pct:.0f} %" for fn, pct in prof.top_ours[:4])
+                lines.append(
+                    f"  - Profile: phase `{prof.phase}` ({prof.samples:,} samples): own time {top}; "
+                    f"our code on the stack {ours}."
+                )
+                shown.add(prof.phase)
+        if v.closes:
+            lines.append(f"  - What would close it: {v.closes}.")
     return lines
 
 
@@ -329,7 +343,9 @@ def method_section(r: Results) -> list[str]:
         "restart), and `redis-zset-aof`, durable: `redis-server " + " ".join(DURABLE_ARGS) + "` with its "
         "append-only file in its own temporary directory (a crash loses at most the last second); "
         "the durable one is measured on ingest, the hot second and the steady rates.",
-        "- **Profiles**: py-spy sampling the worker without pausing it, per measurement (run 1).",
+        "- **Profiles**: py-spy sampling the worker without pausing it, per measurement (run 1); a hot "
+        "second's from the moment its timers are all accepted to its last callback (its load is not in "
+        "it), at 100 samples a second instead of 50.",
         "- **Repeats**: with `--repeat N` every measurement runs N times, each run on a fresh broker; "
         "a figure is the median of the runs with the spread (min–max) in brackets, a ratio is taken "
         "inside each run (both sides under the same machine load) before the median.",

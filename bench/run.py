@@ -26,7 +26,7 @@ from bench.cluster import PRECISE_ENV, Broker, open_broker, precise_mode_availab
 from bench.fire import FireContext, scheduled, steady_rate
 from bench.machine import machine, versions
 from bench.profiles import Profile
-from bench.profiling import Profiler
+from bench.profiling import BURST_RATE_HZ, Profiler
 from bench.results import Fire, Results
 from bench.service import KafkaTimers
 
@@ -128,12 +128,20 @@ class Run:
                         ),
                     )
             system = KafkaTimers(stack, batched=batched, load_rate=load_rate or 1000.0)
-            with self.profiler.sample(pid, "hot-second"):
-                self.add_fire(
-                    self.attempt(
-                        "hot second", lambda: scheduled(ctx, system, "hot-second", p.hot_timers, 1.0, 0.1)
-                    )
+            self.add_fire(
+                self.attempt(
+                    "hot second",
+                    lambda: scheduled(
+                        ctx,
+                        system,
+                        "hot-second",
+                        p.hot_timers,
+                        1.0,
+                        0.1,
+                        firing=lambda: self.profiler.sample(pid, "hot-second", BURST_RATE_HZ),
+                    ),
                 )
+            )
             self.add_fire(
                 self.attempt(
                     "spread",
@@ -185,13 +193,22 @@ class Run:
             service_stack(broker, self.work_dir, "precise", PRECISE_ENV) as stack,
         ):
             system = KafkaTimers(stack, batched=batched, load_rate=load_rate)
-            with self.profiler.sample(stack.worker_pid, "precise-hot-second"):
-                self.add_fire(
-                    self.attempt(
-                        "precise hot second",
-                        lambda: scheduled(ctx, system, "precise-hot-second", p.hot_timers, 1.0, 0.1),
-                    )
+            self.add_fire(
+                self.attempt(
+                    "precise hot second",
+                    lambda: scheduled(
+                        ctx,
+                        system,
+                        "precise-hot-second",
+                        p.hot_timers,
+                        1.0,
+                        0.1,
+                        firing=lambda: self.profiler.sample(
+                            stack.worker_pid, "precise-hot-second", BURST_RATE_HZ
+                        ),
+                    ),
                 )
+            )
             for rate in p.precise_rates:
                 with self.profiler.sample(stack.worker_pid, f"precise-{rate}"):
                     self.add_fire(

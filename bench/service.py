@@ -10,10 +10,11 @@ resident size of the worker process tree; disk, its data directory.
 from __future__ import annotations
 
 import time
+from contextlib import AbstractContextManager
 
 from bench.cluster import Broker, ServiceStack
 from bench.fire import FireContext, scheduled
-from bench.profiling import Profiler
+from bench.profiling import BURST_RATE_HZ, Profiler
 from bench.results import OURS, Capacity, Ingest
 from bench.sampler import Sampler
 from bench.stats import rise_rate
@@ -125,6 +126,9 @@ def capacity(
         else broker_after - broker_before,
         notes=notes,
     )
-    with profiler.sample(stack.worker_pid, "capacity-hot"):
-        result.hot = scheduled(ctx, system, "capacity-hot", hot, 1.0, 0.1)
+
+    def firing() -> AbstractContextManager[None]:
+        return profiler.sample(stack.worker_pid, "capacity-hot", BURST_RATE_HZ)
+
+    result.hot = scheduled(ctx, system, "capacity-hot", hot, 1.0, 0.1, firing=firing)
     return result

@@ -31,6 +31,8 @@ class Verdict:
     gap: str = ""
     #: The profiled phase that shows where the time went.
     phase: str = ""
+    #: What would close the gap, when missed (see docs/PERFORMANCE.md).
+    closes: str = ""
 
 
 @dataclass(frozen=True)
@@ -44,12 +46,14 @@ class Target:
     phase: str = ""
     #: Why the runs could not measure it, and what they measured instead (None: they could).
     unmeasured: Callable[[Sequence[Results]], str | None] | None = None
+    #: What would close the gap (shown when missed).
+    closes: str = ""
 
     def check(self, runs: Sequence[Results]) -> Verdict:
         why = self.unmeasured(runs) if self.unmeasured else None
         values: Spread = spread(runs, self.get)
         if why is not None or not values.known:
-            return Verdict(self.name, why or "—", NOT_MEASURED, phase=self.phase)
+            return Verdict(self.name, why or "—", NOT_MEASURED, phase=self.phase, closes=self.closes)
         measured = values.show(self.fmt)
         value = values.median
         if (value >= self.limit) if self.at_least else (value <= self.limit):
@@ -58,7 +62,58 @@ class Target:
             gap = f"short by {100 * (1 - value / self.limit):.0f} %"
         else:
             gap = f"over by {self.fmt(value - self.limit)}"
-        return Verdict(self.name, measured, MISSED, gap, self.phase)
+        return Verdict(self.name, measured, MISSED, gap, self.phase, self.closes)
+
+
+def _see(section: str) -> str:
+    """A link to a section of docs/PERFORMANCE.md, from docs/BENCHMARKS.md."""
+    return f"[PERFORMANCE.md](PERFORMANCE.md#{section})"
+
+
+#: What would close each gap: the per-timer work the profiles show, measured and explained in
+#: docs/PERFORMANCE.md (the sections linked).
+_CLOSES_FIRE = (
+    "what a prepared timer costs at its tick (its scan, the `produce` of its callback and of its tombstone, "
+    "serving their two delivery reports, its `FIRED` columns, two RocksDB deletes: ~8 µs, of which ~4 are "
+    "librdkafka's own) run outside the interpreter — a native loop over librdkafka and RocksDB, at the "
+    "pass-through ceiling's rate; building every callback of a hot second ahead, not only "
+    "`TIMERS_FIRE_CHUNK_SIZE` of them, gives a few percent more for memory (" + _see("firing-a-timer") + ")"
+)
+_CLOSES_PRECISE_STEADY = (
+    "on this 2-core machine the broker, the receiver and the worker share the cores: what is left at the "
+    "receiver is the embedded broker's produce → fetch path (p50 ~10 ms) and the CPU each window's opening "
+    "takes from the broker and the receiver (it builds its second's callbacks a second ahead, ~40 ms at 10 k "
+    "timers); a broker on its own hosts, or the opening's work paced over the second it has ("
+    + _see("lateness")
+    + ")"
+)
+_CLOSES_PRECISE_HOT = (
+    "100,000 timers at their millisecond need the fire path to sustain more than 100 k/s with room to spare "
+    "for the second's peaks; it runs below that (the hot second's rate above), so the cure is the hot "
+    "second's: the per-timer work outside the interpreter (" + _see("lateness") + ")"
+)
+_CLOSES_PRECISE_DISPATCH = (
+    "the event loop's other work between two sends — an ingest step between its yields, a settlement "
+    "of 500 sent timers, the consumer thread holding the GIL — in smaller slices (" + _see("lateness") + ")"
+)
+_CLOSES_STEADY = (
+    "a timer waits for its second's tick (up to 1 s), then for the tick's path and its place in the "
+    "tick's dispatch: the latter shrink with the per-timer cost at the tick (" + _see("lateness") + ")"
+)
+_CLOSES_RSS = (
+    "the peak is a hot second's: the callbacks built ahead and the pieces in flight, both bounded by "
+    "`TIMERS_FIRE_CHUNK_SIZE`; a lower chunk lowers it (" + _see("10-m-pending") + ")"
+)
+_CLOSES_FIRE_AT_CAPACITY = (
+    "the id index and the table's reads at 10 M: the block cache, partitioned indexes and bloom filters "
+    "(" + _see("accepting-a-timer") + ")"
+)
+_CLOSES_INGEST = (
+    "per-timer work outside the interpreter: decoding `FutureBatch` records without a `Future` object per "
+    "timer, the checks, the table key and the `SCHEDULED` event, which the profile shows are most of it ("
+    + _see("accepting-a-timer")
+    + ")"
+)
 
 
 def _ms(value: float) -> str:
@@ -111,9 +166,9 @@ def targets(runs: Sequence[Results]) -> list[Target]:
     hot = f"{_size(runs, 'hot_timers'):,}"
     hot_rate = of_fire(OURS, "hot-second", lambda f: f.fire_rate)
     precise: list[Target] = []
-    for workload, title in (
-        ("precise-10000", "steady 10 k/s"),
-        ("precise-hot-second", f"hot second of {hot}"),
+    for workload, title, at_receiver, at_dispatch in (
+        ("precise-10000", "steady 10 k/s", _CLOSES_PRECISE_STEADY, _CLOSES_PRECISE_DISPATCH),
+        ("precise-hot-second", f"hot second of {hot}", _CLOSES_PRECISE_HOT, _CLOSES_PRECISE_HOT),
     ):
         precise += [
             Target(
@@ -124,6 +179,7 @@ def targets(runs: Sequence[Results]) -> list[Target]:
                 _ms,
                 workload,
                 _no_precise,
+                at_receiver,
             ),
             Target(
                 f"Precise mode, {title}: p99 at dispatch (`kt-fired-ms` − due) ≤ 10 ms",
@@ -133,6 +189,7 @@ def targets(runs: Sequence[Results]) -> list[Target]:
                 _ms,
                 workload,
                 _no_precise,
+                at_dispatch,
             ),
         ]
 
@@ -144,7 +201,15 @@ def targets(runs: Sequence[Results]) -> list[Target]:
         return get
 
     return [
-        Target(f"Fire, hot second of {hot}: ≥ 100 k/s", hot_rate, 100_000, True, rate, "hot-second"),
+        Target(
+            f"Fire, hot second of {hot}: ≥ 100 k/s",
+            hot_rate,
+            100_000,
+            True,
+            rate,
+            "hot-second",
+            closes=_CLOSES_FIRE,
+        ),
         Target(
             f"Fire, hot second of {hot}: ≥ 60 % of the Redis poller's rate (in-memory Redis, same run)",
             ratio(hot_rate, of_fire(REDIS, "hot-second", lambda f: f.fire_rate)),
@@ -152,6 +217,7 @@ def targets(runs: Sequence[Results]) -> list[Target]:
             True,
             percent,
             "hot-second",
+            closes=_CLOSES_FIRE,
         ),
         Target(
             f"Hot second of {hot}: last callback ≤ 1.5 s after due",
@@ -160,6 +226,7 @@ def targets(runs: Sequence[Results]) -> list[Target]:
             False,
             _ms,
             "hot-second",
+            closes=_CLOSES_FIRE,
         ),
         Target(
             "Lateness p99, steady 10 k/s, second mode ≤ 1.05 s",
@@ -168,12 +235,27 @@ def targets(runs: Sequence[Results]) -> list[Target]:
             False,
             _ms,
             "steady-10000",
+            closes=_CLOSES_STEADY,
         ),
         *precise,
         Target(
-            "Ingest, one `Future` per record ≥ 30 k/s", ingest("single"), 30_000, True, rate, "ingest-single"
+            "Ingest, one `Future` per record ≥ 30 k/s",
+            ingest("single"),
+            30_000,
+            True,
+            rate,
+            "ingest-single",
+            closes=_CLOSES_INGEST,
         ),
-        Target("Ingest, batched records ≥ 100 k/s", ingest("batched"), 100_000, True, rate, "ingest-batched"),
+        Target(
+            "Ingest, batched records ≥ 100 k/s",
+            ingest("batched"),
+            100_000,
+            True,
+            rate,
+            "ingest-batched",
+            closes=_CLOSES_INGEST,
+        ),
         Target(
             "10 M pending: worker RSS ≤ 300 MB",
             _rss_peak_mb,
@@ -182,6 +264,7 @@ def targets(runs: Sequence[Results]) -> list[Target]:
             _mb,
             "capacity-load",
             _below_capacity_target(_rss_peak_mb, _mb, "peak"),
+            _CLOSES_RSS,
         ),
         Target(
             "10 M pending: fire rate within 10 % of the rate at 1 M",
@@ -191,6 +274,7 @@ def targets(runs: Sequence[Results]) -> list[Target]:
             percent,
             "capacity-hot",
             _below_capacity_target(_capacity_hot_share, percent, "of the hot second's rate"),
+            _CLOSES_FIRE_AT_CAPACITY,
         ),
     ]
 
@@ -222,7 +306,7 @@ def _from_capacity_report(verdict: Verdict, row: Row) -> Verdict:
     if (value >= limit) if at_least else (value <= limit):
         return Verdict(verdict.target, measured, MET, phase=verdict.phase)
     gap = f"short by {100 * (1 - value / limit):.0f} %" if at_least else f"over by {fmt(value - limit)}"
-    return Verdict(verdict.target, measured, MISSED, gap, verdict.phase)
+    return Verdict(verdict.target, measured, MISSED, gap, verdict.phase, verdict.closes)
 
 
 def evaluate(runs: Sequence[Results], capacity: Sequence[Row] = ()) -> list[Verdict]:

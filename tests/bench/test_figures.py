@@ -7,7 +7,7 @@ import numpy as np
 from bench.aggregate import of_fire, rate, spread
 from bench.capacity import Row, Step, read_report, report
 from bench.profiling import summarize
-from bench.results import OURS, REDIS, Fire, Results
+from bench.results import OURS, REDIS, Fire, ProfileSummary, Results
 from bench.stats import burst_rate, lateness, rate_series, rise_rate
 from bench.targets import MET, MISSED, NOT_MEASURED, evaluate
 
@@ -108,6 +108,28 @@ def test_targets_give_verdicts_and_gaps_from_the_median():
     # Nothing of precise mode or 10 M pending was run: not measured, never met.
     assert verdicts["Precise mode, steady 10 k/s: p99 at the receiver ≤ 25 ms"].status == NOT_MEASURED
     assert verdicts["10 M pending: worker RSS ≤ 300 MB"].status == NOT_MEASURED
+
+
+def test_a_missed_target_shows_the_profile_of_its_phase_and_what_would_close_it():
+    from bench.report import targets_section
+
+    runs = [_run(50_000, 100_000)]
+    runs[0].profiles.append(
+        ProfileSummary("hot-second", 200, [("produce (kafka.py:3)", 40.0)], [("send (dispatch.py)", 70.0)])
+    )
+    text = "\n".join(targets_section(runs))
+    fire = text.split("- **Fire, hot second of 100,000: ≥ 100 k/s** (short by 50 %).", 1)[1]
+    profile, closes = fire.splitlines()[1:3]
+    assert "phase `hot-second` (200 samples): own time `produce (kafka.py:3)` 40 %" in profile
+    assert "`send (dispatch.py)` 70 %" in profile
+    assert closes.startswith("  - What would close it: ") and "(PERFORMANCE.md#firing-a-timer)" in closes
+    # The ratio to Redis is missed in the same phase: its profile is not repeated.
+    assert "- **Fire, hot second of 100,000: ≥ 60 % of the Redis poller's rate" in text
+    assert "  - Profile: phase `hot-second`, as above." in text
+    # Met targets get neither.
+    assert "last callback ≤ 1.5 s after due** (" not in text
+    every_missed = [v for v in evaluate(runs) if v.status == MISSED]
+    assert every_missed and all(v.closes for v in every_missed)
 
 
 def test_a_capacity_report_reads_back_as_its_sizes_memory_and_rate_shares():

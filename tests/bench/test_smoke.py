@@ -73,6 +73,11 @@ def test_every_measurement_produces_a_figure(smoke_run: tuple[int, Path]) -> Non
     assert capacity["kafka-timers"]["disk_bytes"] > 0
     assert capacity["redis-zset"]["used_memory_delta"] > 0
     assert results["precise_available"] == precise_mode_available()
+    # Every hot second is profiled over its firing (the hook `scheduled` enters once the load is in).
+    profiled = {p["phase"] for p in results["profiles"]}
+    assert {"hot-second", "capacity-hot"} <= profiled, profiled
+    if precise_mode_available():
+        assert "precise-hot-second" in profiled, profiled
 
 
 def test_report_shows_the_tables_targets_and_plots(smoke_run: tuple[int, Path]) -> None:
