@@ -103,3 +103,13 @@ def test_the_scan_sees_an_import_hidden_in_a_function(tmp_path: Path) -> None:
     source = tmp_path / "lazy.py"
     source.write_text("def f():\n    from futures.worker.engine import TimerEngine\n    return TimerEngine\n")
     assert _imports(source) == [(2, "futures.worker.engine")]
+
+
+def test_every_source_folder_is_a_regular_package():
+    """A folder of modules without ``__init__.py`` is a namespace package: it imports, but
+    tools that find a module's package by its ``__init__.py`` (py-spy's profiles of the
+    worker, used by the benchmarks) name its files without their package."""
+    for root in ("futures", "ktimers", "oscillator", "bench"):
+        for folder in [REPO / root, *(p for p in (REPO / root).rglob("*") if p.is_dir())]:
+            if any(folder.glob("*.py")):
+                assert (folder / "__init__.py").exists(), f"{folder.relative_to(REPO)} has no __init__.py"
