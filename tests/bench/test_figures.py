@@ -132,6 +132,24 @@ def test_a_missed_target_shows_the_profile_of_its_phase_and_what_would_close_it(
     assert every_missed and all(v.closes for v in every_missed)
 
 
+def test_a_hot_second_later_than_redis_is_put_down_to_the_fire_rate_not_the_tick():
+    from bench.report import redis_ahead_section
+
+    r = Results(profile="test", started="now", sizes={"hot_timers": 100})
+    for system, last_ms, fire_rate in ((OURS, 1080, 95_000.0), (REDIS, 1000, 190_000.0)):
+        due = ms(*[1000] * 100)
+        arrived = due + np.linspace(last_ms - 200, last_ms, 100).astype(np.int64)
+        late = lateness(100, due, arrived - 5, arrived)
+        r.fires.append(
+            Fire(system=system, workload="hot-second", timers=100, fire_rate=fire_rate, lateness=late)
+        )
+    text = "\n".join(redis_ahead_section([r]))
+    lateness_line = next(
+        line for line in text.splitlines() if line.startswith("- **Lateness p99, hot second")
+    )
+    assert "at its fire rate" in lateness_line and "path of the tick" not in lateness_line
+
+
 def test_a_capacity_report_reads_back_as_its_sizes_memory_and_rate_shares():
     steps = [
         Step(0, rss_mb=186.2, rates=[58_000, 60_000], last_ms=[1800, 1700]),
