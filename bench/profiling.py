@@ -8,13 +8,15 @@ are running, so the shares are of CPU time, not of wall time.
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
 import shutil
 import signal
 import subprocess
 import sys
 from collections import Counter
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import AbstractContextManager
 from pathlib import Path
 
 from bench.results import ProfileSummary
@@ -75,6 +77,10 @@ class Profiler:
         self.out_dir = out_dir
         self.summaries: list[ProfileSummary] = []
         self.problem = "" if self.binary or not enabled else "py-spy not found"
+
+    def burst(self, pid: int, phase: str) -> Callable[[], AbstractContextManager[None]]:
+        """A sampling of a hot second's firing, to enter when its load is in (``bench.fire.scheduled``)."""
+        return functools.partial(self.sample, pid, phase, BURST_RATE_HZ)
 
     @contextlib.contextmanager
     def sample(self, pid: int, phase: str, rate_hz: int = RATE_HZ) -> Iterator[None]:

@@ -26,7 +26,7 @@ from bench.cluster import PRECISE_ENV, Broker, open_broker, precise_mode_availab
 from bench.fire import FireContext, scheduled, steady_rate
 from bench.machine import machine, versions
 from bench.profiles import Profile
-from bench.profiling import BURST_RATE_HZ, Profiler
+from bench.profiling import Profiler
 from bench.results import Fire, Results
 from bench.service import KafkaTimers
 
@@ -138,7 +138,7 @@ class Run:
                         p.hot_timers,
                         1.0,
                         0.1,
-                        firing=lambda: self.profiler.sample(pid, "hot-second", BURST_RATE_HZ),
+                        firing=self.profiler.burst(pid, "hot-second"),
                     ),
                 )
             )
@@ -203,9 +203,7 @@ class Run:
                         p.hot_timers,
                         1.0,
                         0.1,
-                        firing=lambda: self.profiler.sample(
-                            stack.worker_pid, "precise-hot-second", BURST_RATE_HZ
-                        ),
+                        firing=self.profiler.burst(stack.worker_pid, "precise-hot-second"),
                     ),
                 )
             )

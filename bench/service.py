@@ -10,11 +10,10 @@ resident size of the worker process tree; disk, its data directory.
 from __future__ import annotations
 
 import time
-from contextlib import AbstractContextManager
 
 from bench.cluster import Broker, ServiceStack
 from bench.fire import FireContext, scheduled
-from bench.profiling import BURST_RATE_HZ, Profiler
+from bench.profiling import Profiler
 from bench.results import OURS, Capacity, Ingest
 from bench.sampler import Sampler
 from bench.stats import rise_rate
@@ -126,9 +125,6 @@ def capacity(
         else broker_after - broker_before,
         notes=notes,
     )
-
-    def firing() -> AbstractContextManager[None]:
-        return profiler.sample(stack.worker_pid, "capacity-hot", BURST_RATE_HZ)
-
+    firing = profiler.burst(stack.worker_pid, "capacity-hot")
     result.hot = scheduled(ctx, system, "capacity-hot", hot, 1.0, 0.1, firing=firing)
     return result
