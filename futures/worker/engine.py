@@ -60,8 +60,7 @@ from ktimers.wire import (
 log = logging.getLogger(__name__)
 
 Kind = TimerEvent.Kind
-#: Precise mode: timers staged by ingest, or read by a window opening, between two chances for the
-#: sending windows to run.
+#: Precise mode: timers staged by ingest between two chances for the sending windows to run.
 _WINDOW_YIELD_EVERY = 200
 #: Precise mode: timers a window's opening reads and prepares between two chances for the sending
 #: windows to run (~5 µs each: a slice stays near a quarter of a millisecond).
