@@ -2,43 +2,25 @@
 
 Faust assigns partitions to the topics its agents consume (and the timer
 table's changelog partitions with them, co-partitioned), so the agents below
-declare what the worker reads. Request records do not go through their stream:
-the transport hands each fetched batch to the engine whole
-(:class:`futures.worker.transport.BulkRoute`), past Faust's per-event path.
-Ticks — a few a second — do, so that firing runs beside ingest.
+declare what the worker reads. No record goes through their streams: the
+transport hands each fetched batch of requests and of ticks to the engine whole
+(:class:`futures.worker.transport.BulkRoute`), past Faust's per-event path, and
+the engine fires in a task of its own (:meth:`TimerEngine.run`) beside ingest.
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
-from collections.abc import AsyncIterator, Mapping, Sequence
-from typing import cast
 
 import faust
-from faust.types import EventT, StreamT
+from faust.types import StreamT
 
-from futures.ingress.records import SourceRecord
 from futures.worker.config import WorkerConfig
 from futures.worker.engine import TimerEngine
 from futures.worker.transport import BulkRoute, route_in_bulk
 
 log = logging.getLogger(__name__)
-
-
-def to_record(event: EventT) -> SourceRecord:
-    message = event.message
-    headers = message.headers
-    # Faust holds the Kafka timestamp (ms) as float seconds: back to exact ms.
-    timestamp = message.timestamp
-    return SourceRecord(
-        topic=message.topic,
-        partition=message.partition,
-        offset=message.offset,
-        key=message.key,
-        value=message.value,
-        headers=tuple(headers.items() if isinstance(headers, Mapping) else headers or ()),
-        timestamp_ms=round(timestamp * 1000) if timestamp is not None else -1,
-    )
 
 
 def _raw_topic(app: faust.App, *names: str) -> faust.TopicT:
@@ -54,6 +36,7 @@ def register_agents(app: faust.App, engine: TimerEngine, config: WorkerConfig) -
             ingest=engine.ingest,
             tick_topic=topics.oscillator,
             note_ticks=engine.note_ticks,
+            wake=engine.wake,
             batch_size=config.ingest_batch_size,
         ),
     )
@@ -70,21 +53,24 @@ def register_agents(app: faust.App, engine: TimerEngine, config: WorkerConfig) -
                 "consume through its own transport (broker_consumer timers:// or tansu://)"
             )
 
-    # Several oscillators tick every partition every second; a batch of them is
-    # one clock move per partition (the engine keeps the highest second).
+    # Ticks, too, reach the engine through the transport (engine.note_ticks); the agent
+    # declares the subscription, so that Faust assigns the oscillator's partitions.
     @app.agent(_raw_topic(app, topics.oscillator), name="oscillator-ticks")
     async def ticks(stream: StreamT) -> None:
-        # noack_take, not take_events: take_events acks a batch in a `finally`,
-        # so a batch cut off by shutdown or a crash would be acked without having
-        # been applied. Here a batch is acked only once the engine has applied it.
-        batches = cast(AsyncIterator[Sequence[EventT]], cast(faust.Stream, stream).noack_take(1000, 0.01))
+        async for event in stream:
+            raise RuntimeError(
+                f"oscillator-ticks: {event.message.topic} reached Faust's stream; the worker must "
+                "consume through its own transport (broker_consumer timers:// or tansu://)"
+            )
+
+    @app.task
+    async def fire() -> None:
+        """Fire what the ticks make due, beside ingest (the engine orders the two)."""
         try:
-            async for events in batches:
-                await engine.advance([to_record(e) for e in events])
-                for event in events:
-                    await stream.ack(event)
+            await engine.run()
+        except asyncio.CancelledError:
+            raise
         except Exception as exc:
-            # Nothing of the failed batch was acked; stop the worker so it restarts.
-            log.critical("tick failed, stopping the worker: %r", exc, exc_info=True)
+            log.critical("firing failed, stopping the worker: %r", exc, exc_info=True)
             await app.crash(exc)
             raise

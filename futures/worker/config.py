@@ -47,6 +47,11 @@ WORKER_ENV: tuple[EnvVar, ...] = (
     EnvVar("TIMERS_MAX_LATENESS_S", "3600", "see TIMERS_LATE_POLICY, seconds"),
     EnvVar("TIMERS_CLOCK_TOLERANCE_MS", "500", "how far a tick may be ahead of the worker clock"),
     EnvVar(
+        "TIMERS_JOIN_MAX_WAIT_S",
+        "60",
+        "how long a tick waits for older requests of its partition before it fires without them",
+    ),
+    EnvVar(
         "TIMERS_ALLOWED_CALLBACK_TOPICS", "any", "comma-separated fnmatch patterns, e.g. orders-*,reminders"
     ),
     EnvVar(
@@ -100,6 +105,9 @@ class WorkerConfig:
     #: A tick may run this far (ms) ahead of the worker's own clock; the
     #: watermark never passes ``now + clock_tolerance_ms``.
     clock_tolerance_ms: int = 500
+    #: A tick waits for the requests of its partition written before it (a cancel, a new
+    #: version) at most this long (seconds), then fires without them (futures/worker/join.py).
+    join_max_wait_s: float = 60.0
     #: fnmatch patterns of allowed callback topics; empty allows any topic
     #: except the service's own, ``__*`` internals and ``denied_callback_topics``.
     allowed_callback_topics: tuple[str, ...] = ()
@@ -151,6 +159,7 @@ class WorkerConfig:
             late_policy=policy,
             max_lateness_s=env_float(env, "TIMERS_MAX_LATENESS_S", cls.max_lateness_s),
             clock_tolerance_ms=env_int(env, "TIMERS_CLOCK_TOLERANCE_MS", cls.clock_tolerance_ms),
+            join_max_wait_s=env_float(env, "TIMERS_JOIN_MAX_WAIT_S", cls.join_max_wait_s),
             allowed_callback_topics=allowed,
             denied_callback_topics=cls.denied_callback_topics if denied is None else _patterns(denied),
             max_payload_bytes=env_int(env, "TIMERS_MAX_PAYLOAD_BYTES", cls.max_payload_bytes),
@@ -173,6 +182,8 @@ class WorkerConfig:
             raise ConfigError(f"TIMERS_APP_ID={self.app_id!r}: use letters, digits, '.', '_' or '-'")
         if self.clock_tolerance_ms < 0:
             raise ConfigError("TIMERS_CLOCK_TOLERANCE_MS must be >= 0")
+        if self.join_max_wait_s < 0:
+            raise ConfigError("TIMERS_JOIN_MAX_WAIT_S must be >= 0 (0: ticks never wait for requests)")
         if not 0 <= self.web_port <= 65535:
             raise ConfigError(f"TIMERS_WEB_PORT={self.web_port}: use a port number from 0 to 65535")
         if self.max_due_ahead_s < 0:

@@ -25,7 +25,7 @@ import bisect
 import logging
 import time
 from collections import defaultdict, deque
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from confluent_kafka import KafkaError
@@ -37,6 +37,7 @@ from futures.worker.config import LatePolicy, WorkerConfig
 from futures.worker.destinations import AnyTopic, TopicDirectory
 from futures.worker.dispatch import Dispatcher, Sending
 from futures.worker.gaps import GapReader
+from futures.worker.join import NoBacklog, RequestFrontier, WaitingTicks
 from futures.worker.kafka import Deliveries, KafkaWriter
 from futures.worker.metrics import WorkerMetrics
 from futures.worker.status import WorkerStatus
@@ -150,6 +151,7 @@ class TimerEngine:
         status: WorkerStatus | None = None,
         gaps: GapReader | None = None,
         callback_topics: TopicDirectory | None = None,
+        frontier: RequestFrontier | None = None,
     ) -> None:
         self.config = config
         self._tables = tables
@@ -172,9 +174,14 @@ class TimerEngine:
         self._lookahead = Lookahead(config.fire_chunk_size)
         self._ahead: dict[int, int] = {}  # partition → the second its clock is at, to prepare past
         self._ahead_task: asyncio.Task[None] | None = None
-        # Ticks waiting for the lock (see note_ticks): partition → the highest second received.
-        self._ticks: dict[int, int] = {}
-        self._joined: dict[int, int] = {}  # partition → second of a noted tick that joined a firing
+        # Ticks not fired yet: waiting for the engine, or for older requests (futures/worker/join.py).
+        self._waiting = WaitingTicks(
+            frontier or NoBacklog(),
+            config.join_max_wait_s,
+            on_waited=metrics.join_wait.observe,
+            on_bound=metrics.join_wait_bound.inc,
+        )
+        self._woken = asyncio.Event()
         self._ticks_log = ThrottledLog(log)
 
     # -- request → table -------------------------------------------------------
@@ -186,10 +193,6 @@ class TimerEngine:
         ``fire_chunk_size`` timers the records parsed so far are made durable,
         so one call never holds more than that in memory.
         """
-        if self._ticks and not self.config.precise:
-            # Ticks fetched with these requests (note_ticks) fire first: a tick must not wait
-            # for a step of requests, nor for Faust's stream to hand it over.
-            await self._fire_ticks({})
         async with self._lock:
             records = self._owned(records)
             now = self._clock()
@@ -362,21 +365,13 @@ class TimerEngine:
     # -- tick → dispatch -------------------------------------------------------
 
     def note_ticks(self, ticks: Sequence[SourceRecord]) -> None:
-        """Ticks as soon as they are fetched, before Faust's stream hands them to :meth:`advance`.
+        """Take a batch of ticks: each partition's clock is to move to its highest second.
 
-        Second mode: the next :meth:`ingest` fires them before its requests, and a firing
-        under way takes them along (one second's ticks of several partitions often come
-        in two fetches), so a tick waits neither for a step of requests nor for another
-        partition's firing.
+        Several oscillators tick every partition every second; a tick at or below the
+        clock, or a copy of one waiting, moves nothing. The clock moves when
+        :meth:`fire_ready` runs, as far as the partition's requests allow (see
+        :mod:`futures.worker.join`).
         """
-        for record in ticks:
-            second, _ = decode_tick(record.key, record.value)
-            if second is not None and second > self._ticks.get(record.partition, -1):
-                self._ticks[record.partition] = second
-
-    async def advance(self, ticks: Sequence[SourceRecord]) -> None:
-        """Apply a batch of ticks: fire what is due in each partition whose clock moved."""
-        latest: dict[int, int] = {}
         duplicates = 0
         for record in self._owned(ticks):
             second, source = decode_tick(record.key, record.value)
@@ -390,35 +385,42 @@ class TimerEngine:
                 continue
             partition = record.partition
             self.status.tick(partition, second, source)
-            # One at or below the clock, or below a copy in this batch, moves nothing — unless
-            # it is the tick that joined an earlier call's firing (note_ticks).
-            if second <= max(latest.get(partition, -1), self._tables(partition).watermark):
-                if self._joined.get(partition) == second:
-                    del self._joined[partition]
-                else:
-                    duplicates += 1
-                continue
-            latest[partition] = second
+            if not self._waiting.note(partition, second, self._tables(partition).watermark):
+                duplicates += 1
         self.metrics.ticks.labels("duplicate").inc(duplicates)
-        if not latest:
+
+    async def advance(self, ticks: Sequence[SourceRecord]) -> None:
+        """Take a batch of ticks and fire what they make due (:meth:`note_ticks`, :meth:`fire_ready`)."""
+        self.note_ticks(ticks)
+        await self.fire_ready()
+
+    def wake(self) -> None:
+        """Ticks came, or requests were applied: :meth:`run` looks at what may fire now."""
+        self._woken.set()
+
+    async def run(self, poll_s: float = 0.5) -> None:
+        """Fire what the waiting ticks allow whenever woken, and every ``poll_s`` seconds
+        (a tick that waits for requests fires at the latest once TIMERS_JOIN_MAX_WAIT_S is up)."""
+        while True:
+            try:
+                await asyncio.wait_for(self._woken.wait(), poll_s)
+            except TimeoutError:
+                pass
+            self._woken.clear()
+            await self.fire_ready()
+
+    async def fire_ready(self) -> None:
+        """Move the clocks the waiting ticks allow, firing what comes due."""
+        if not self._waiting:
             return
-        # The previous precise window ends at this very second: let it finish
-        # sending and deleting, so this tick's scan does not see its timers.
-        await self._windows.done(latest)
-        for partition, second in latest.items():
-            if second > self._ticks.get(partition, -1):
-                self._ticks[partition] = second
-        await self._fire_ticks(latest)
-
-    async def _fire_ticks(self, own: Mapping[int, int]) -> None:
-        """Move the clocks the waiting ticks say (``self._ticks``), firing what comes due.
-
-        ``own``: the ticks of the calling :meth:`advance` (none for ingest). In precise mode only
-        those: their windows were awaited. A tick claimed here that is not the caller's own
-        is remembered, so that its arrival through :meth:`advance` is not counted a duplicate.
-        """
+        if self.config.precise:
+            # The previous precise window ends at the tick's very second: let it finish
+            # sending and deleting, so this tick's scan does not see its timers.
+            await self._windows.done(self._waiting.seconds())
         async with self._lock:
-            targets = self._take_ticks(own if self.config.precise else dict(self._ticks), own)
+            targets = self._claim_ticks()
+            if not targets:
+                return
             changes = {partition: _Changes() for partition in targets}
             held = await self._fire_due(targets, changes)
             for partition, target in targets.items():
@@ -431,26 +433,14 @@ class TimerEngine:
                     await self._open_windows(partition, second)
             else:
                 self._look_ahead(moved)
-        self.metrics.ticks.labels("advanced").inc(
-            sum(1 for part in changes.values() if part.watermark is not None)
-        )
+        self.metrics.ticks.labels("advanced").inc(len(moved))
 
-    def _take_ticks(self, upto: Mapping[int, int], own: Mapping[int, int]) -> dict[int, int]:
-        """Claim the clock moves waiting in ``self._ticks`` for the partitions of ``upto``, each
-        up to its second there: partition → the second its clock may move to now."""
+    def _claim_ticks(self, partitions: Iterable[int] | None = None) -> dict[int, int]:
+        """Partition → the second its clock moves to now (of ``partitions``, or all with waiting ticks)."""
+        # Revoked by a rebalance while the tick waited: the new owner has ticks of its own.
+        self._waiting.drop([p for p in self._waiting.seconds() if not self._owns(p)])
         targets: dict[int, int] = {}
-        for partition, bound in sorted(upto.items()):
-            second = self._ticks.get(partition)
-            if second is None:
-                continue  # claimed by a call before
-            if second <= bound:
-                del self._ticks[partition]
-            else:
-                second = bound  # a later tick stays for the call that brought it
-            if own.get(partition) != second:
-                self._joined[partition] = second
-            if not self._owns(partition):
-                continue  # revoked by a rebalance while the tick waited for the lock
+        for partition, second in self._waiting.claim(partitions).items():
             target = self._trusted_second(partition, second)
             if target is not None:
                 targets[partition] = target
@@ -536,7 +526,8 @@ class TimerEngine:
                 if not self.config.precise:
                     # The other partitions' ticks of this second often come a fetch later: they
                     # join this firing instead of waiting for all of it (and its commit) to end.
-                    joined = self._take_ticks({p: s for p, s in self._ticks.items() if p not in targets}, {})
+                    waiting = [p for p in self._waiting.seconds() if p not in targets]
+                    joined = self._claim_ticks(waiting) if waiting else {}
                     for partition, second in joined.items():
                         targets[partition] = second
                         changes[partition] = _Changes()

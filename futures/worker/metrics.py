@@ -67,6 +67,17 @@ class WorkerMetrics:
             ["outcome"],
             registry=r,
         )
+        self.join_wait = ChunkHistogram(
+            "timers_join_wait_seconds",
+            "How long a tick waited for older requests of its partition before it fired",
+            LATENESS_BUCKETS,
+            registry=r,
+        )
+        self.join_wait_bound = Counter(
+            "timers_join_wait_bound_total",
+            "Ticks that fired after TIMERS_JOIN_MAX_WAIT_S without the older requests of their partition",
+            registry=r,
+        )
         self.dispatch_retries = Counter(
             "timers_dispatch_transient_failures_total",
             "Callbacks kept for the next tick after a transient delivery error",

@@ -66,8 +66,10 @@ class BulkRoute:
     request_topics: frozenset[str]
     ingest: Apply
     tick_topic: str
-    #: Told of ticks as they are fetched (``TimerEngine.note_ticks``); they still go to their agent.
+    #: Takes ticks as they are fetched (``TimerEngine.note_ticks``).
     note_ticks: Callable[[Sequence[SourceRecord]], None]
+    #: Called when ticks came or requests were applied: what waits may fire now (``TimerEngine.wake``).
+    wake: Callable[[], None]
     #: Requests per ``ingest`` call (``TIMERS_INGEST_BATCH_SIZE``).
     batch_size: int
 
@@ -153,10 +155,41 @@ class TimerConsumer(faust_aiokafka.Consumer):
         active = super()._get_active_partitions()
         route = _routes.get(self.app)
         if route is not None and self._backlog.records >= route.batch_size * BACKLOG_STEPS:
-            # Enough requests in hand: fetch only ticks until the engine catches up,
-            # so a tick is never queued behind a backlog of requests.
-            return {tp for tp in active if tp.topic not in route.request_topics}
+            # Enough requests in hand: fetch no more of the partitions they are of until the
+            # engine catches up. Ticks, and the request partitions with nothing in hand, are
+            # still fetched: their frontier (frontier_ms) must stay known.
+            held = self._backlog.partitions()
+            return {tp for tp in active if tp not in held}
         return active
+
+    def frontier_ms(self, partition: int) -> int | None:
+        """Epoch ms before which every request of ``partition`` is applied; None: all of them are
+        (see :mod:`futures.worker.join`). From what this consumer fetched and the high
+        watermarks of the fetch responses (ListOffsets under-reports on the embedded broker)."""
+        route = _routes.get(self.app)
+        if route is None:
+            return None
+        frontier: int | None = None
+        for topic in route.request_topics:
+            tp = TP(topic, partition)
+            limit = self._backlog.frontier_ms(tp, *self._fetch_state(tp))
+            if limit is not None and (frontier is None or limit < frontier):
+                frontier = limit
+        return frontier
+
+    def _fetch_state(self, tp: TP) -> tuple[int | None, int | None]:
+        """aiokafka's (high watermark, position) of ``tp``, None where not known (yet).
+
+        The position is the next offset aiokafka hands over; both come from fetch responses.
+        """
+        consumer = self._thread._consumer
+        if consumer is None:
+            return None, None
+        assignment = consumer._subscription.subscription
+        if assignment is None or tp not in assignment.assignment.tps:
+            return None, None
+        state = assignment.assignment.state_value(tp)
+        return state.highwater, state.position if state.has_valid_position else None
 
     async def getmany(self, timeout: float) -> AsyncIterator[tuple[TP, Message]]:
         route = _routes.get(self.app)
@@ -184,11 +217,15 @@ class TimerConsumer(faust_aiokafka.Consumer):
                 self._backlog.add(tp, batch, generation)
             else:
                 rest[tp] = batch
-        # Anything else (ticks; table changelogs while recovering) takes Faust's path, first:
-        # handing a tick to its agent is quick, and its agent fires beside the ingest below.
-        ticks = [(tp, batch) for tp, batch in rest.items() if tp.topic == route.tick_topic]
+        # Ticks go to the engine as they come (its firing task runs beside the ingest below);
+        # replaying one is harmless, so they are acked at once.
+        ticks = [(tp, rest.pop(tp)) for tp in list(rest) if tp.topic == route.tick_topic]
         if ticks:
             route.note_ticks(_records(ticks))
+            for tp, batch in ticks:
+                self._ack_offsets(tp, [r.offset for r in batch])
+            route.wake()
+        # Anything else (table changelogs while recovering) takes Faust's path.
         for tp, record in self.scheduler.iterate(rest):
             if self.app.consumer_generation_id != generation:
                 break
@@ -198,6 +235,7 @@ class TimerConsumer(faust_aiokafka.Consumer):
         step = self._backlog.take(generation, route.batch_size)
         if step:
             await self._apply(route.ingest, step, generation)
+            route.wake()  # ticks waiting for these requests may fire now
 
     async def _apply(self, apply: Apply, batches: list[tuple[TP, list[Any]]], generation: int) -> None:
         if self.app.consumer_generation_id != generation:
@@ -245,6 +283,9 @@ class RequestBacklog:
     def __init__(self) -> None:
         self._batches: deque[tuple[TP, list[Any], int]] = deque()
         self.records = 0
+        #: Per partition, the timestamp of the last record taken to be applied (since the
+        #: last rebalance): how far its requests are known applied.
+        self._taken_ms: dict[TP, int] = {}
 
     def __bool__(self) -> bool:
         return bool(self._batches)
@@ -256,6 +297,27 @@ class RequestBacklog:
     def clear(self) -> None:
         self._batches.clear()
         self.records = 0
+        self._taken_ms.clear()
+
+    def partitions(self) -> set[TP]:
+        """The partitions of which records are in hand."""
+        return {tp for tp, _, _ in self._batches}
+
+    def frontier_ms(self, tp: TP, highwater: int | None, position: int | None) -> int | None:
+        """Epoch ms before which every record of ``tp`` is applied, None if all written are.
+
+        The oldest record in hand is the first not applied. With none in hand, the
+        consumer has handed over everything up to ``position`` (the next offset to come);
+        the broker holds more if its ``highwater`` (the next offset it writes) is past
+        that, and those come after the last record taken (-1: none known yet, so
+        nothing may pass until they are read).
+        """
+        for batch_tp, batch, _ in self._batches:
+            if batch_tp == tp:
+                return max(_timestamp_ms(batch[0]), 0)
+        if highwater is not None and position is not None and highwater <= position:
+            return None
+        return self._taken_ms.get(tp, -1)
 
     def take(self, generation: int, size: int) -> list[tuple[TP, list[Any]]]:
         """The next engine step: the oldest records of ``generation``, at most ``size`` of them
@@ -274,10 +336,16 @@ class RequestBacklog:
                 count += 1
                 end += 1
             step.append((tp, batch[:end]))
+            if end:
+                self._taken_ms[tp] = max(_timestamp_ms(batch[end - 1]), self._taken_ms.get(tp, -1))
             if end < len(batch):
                 batches.appendleft((tp, batch[end:], fetched_in))
             self.records -= end
         return step
+
+
+def _timestamp_ms(record: Any) -> int:
+    return -1 if record.timestamp is None else int(record.timestamp)
 
 
 #: Engine steps of requests the consumer holds before it fetches only ticks (see

@@ -20,7 +20,20 @@ from futures.worker.engine import TimerEngine
 from futures.worker.gaps import KafkaGapReader
 from futures.worker.kafka import KafkaWriter, producer_config
 from futures.worker.metrics import WorkerMetrics
+from futures.worker.transport import TimerConsumer
 from futures.worker.web import register_views
+
+
+class ConsumerFrontier:
+    """The frontier of the app's consumer (created by Faust after the engine)."""
+
+    def __init__(self, app: faust.App) -> None:
+        self._app = app
+
+    def frontier_ms(self, partition: int) -> int | None:
+        consumer = self._app.consumer
+        assert isinstance(consumer, TimerConsumer)  # noqa: S101 - create_app's broker_consumer
+        return consumer.frontier_ms(partition)
 
 
 def build(config: WorkerConfig, partitions: int) -> tuple[faust.App, TimerEngine]:
@@ -41,6 +54,7 @@ def build(config: WorkerConfig, partitions: int) -> tuple[faust.App, TimerEngine
         lock=store.lock,
         gaps=KafkaGapReader(config.common.kafka),
         callback_topics=callback_topics,
+        frontier=ConsumerFrontier(timers.app),
     )
     register_agents(timers.app, engine, config)
     register_views(timers.app, metrics, store, config, engine.status, writer)

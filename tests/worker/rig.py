@@ -1,6 +1,6 @@
 """The engine rig: a real :class:`TimerEngine` on RocksDB tables under ``tmp_path``,
 a :class:`FakeProducer` and a clock the test moves. Fixtures ``make_rig`` and ``rig``
-are registered in tests/futures/conftest.py.
+are registered in tests/worker/conftest.py.
 """
 
 from __future__ import annotations
@@ -27,6 +27,16 @@ T_MS = T * 1000
 Kind = TimerEvent.Kind
 
 
+class FakeFrontier:
+    """Per partition, the epoch ms before which every request is applied (absent: all are)."""
+
+    def __init__(self) -> None:
+        self.behind: dict[int, int] = {}
+
+    def frontier_ms(self, partition: int) -> int | None:
+        return self.behind.get(partition)
+
+
 class Rig:
     """One engine, its tables, a fake producer and a hand-moved clock."""
 
@@ -42,6 +52,8 @@ class Rig:
         self._offsets: dict[tuple[str, int], int] = defaultdict(int)
         #: Partitions this worker is assigned (a rebalance changes it).
         self.owned = {0, 1, 2, 3}
+        #: What the consumer would say of requests fetched and not yet applied.
+        self.frontier = FakeFrontier()
         self.engine = TimerEngine(
             config,
             self.table,
@@ -50,6 +62,7 @@ class Rig:
             clock=lambda: self.now,
             owns=lambda partition: partition in self.owned,
             callback_topics=self.callback_topics,
+            frontier=self.frontier,
         )
 
     def table(self, partition: int) -> PartitionTimers:
@@ -129,6 +142,11 @@ class Rig:
         """Every partition's clock reaches ``second``; by default our clock just passed it too."""
         self.now = clock_ms if clock_ms is not None else max(self.now, second * 1000 + 10)
         self.advance([self.tick_record(second, p) for p in partitions])
+
+    def fire_ready(self) -> None:
+        """What the engine's firing task does when the consumer wakes it."""
+        asyncio.run(self.engine.fire_ready())
+        assert len(self.producer) == 0, "fire_ready returned before every record was delivered"
 
     def advance(self, ticks: list[SourceRecord]) -> None:
         asyncio.run(self.engine.advance(ticks))

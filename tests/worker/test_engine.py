@@ -641,30 +641,65 @@ def test_a_tick_fetched_while_another_partition_fires_joins_that_firing(rig):
     assert rig.ticks_counted("advanced") == 2
 
     rig.producer.fail = lambda topic: None
-    rig.advance([late_tick])  # Faust's stream hands it over too: nothing left to do
+    rig.tick(T, partitions=(1,))  # a second oscillator's copy
     assert rig.fired() == ["p0", "p1"]
-    assert rig.ticks_counted("duplicate") == 0
-    rig.tick(T)  # a second oscillator's copy
     assert rig.ticks_counted("duplicate") == 1
 
 
-def test_a_tick_fetched_with_requests_fires_before_they_are_applied(rig):
-    # A step of requests holds the engine for tens of ms; a tick fetched with them must not wait.
-    rig.ingest(rig.request("due", T_MS - 500))
-    rig.now = T_MS + 10
-    tick = rig.tick_record(T)
-    rig.engine.note_ticks([tick])
-    rig.ingest(rig.request("new", T_MS + 5000))
-    assert rig.fired() == ["due"]
-    assert rig.table(0).watermark == T
-    [callback] = rig.callbacks()
-    [scheduled] = [s for s in rig.changelog() if s.value is not None and b"new" in (s.key or b"")]
-    assert callback.flush_no < scheduled.flush_no
+def test_a_tick_waits_for_the_requests_written_before_it(rig):
+    # The worker is behind: requests written before the tick are fetched but not applied yet.
+    # The cancel and the new version among them win; the tick fires once they are applied.
+    rig.ingest(rig.request("cancelled", T_MS - 500), rig.request("moved", T_MS - 400))
+    rig.frontier.behind[0] = T_MS - 3000  # the oldest request still to apply: 3 s before the tick
+    rig.tick(T)
+    assert rig.fired() == []
+    assert rig.table(0).watermark < T
 
-    rig.advance([tick])  # Faust's stream hands it over later: already done, and not a duplicate
+    rig.ingest(rig.cancel("cancelled"), rig.request("moved", T_MS + 5000))
+    del rig.frontier.behind[0]  # all applied
+    rig.fire_ready()
+    assert rig.fired() == []
+    assert rig.table(0).watermark == T
+    assert rig.pending_ids() == ["moved"]
+    assert [e.id for e in rig.events(Kind.CANCELLED)] == ["cancelled"]
+    assert rig.events(Kind.CANCEL_MISSED) == []
+    assert rig.metrics.registry.get_sample_value("timers_join_wait_seconds_count") == 1
+
+
+def test_a_waiting_tick_fires_what_is_due_before_its_oldest_unapplied_request(rig):
+    rig.ingest(rig.request("early", T_MS - 2500), rig.request("late", T_MS - 500))
+    rig.frontier.behind[0] = T_MS - 1500  # requests up to 1.5 s before the tick are applied
+    rig.tick(T)
+    assert rig.fired() == ["early"]
+    assert rig.table(0).watermark == T - 2
+
+    del rig.frontier.behind[0]
+    rig.fire_ready()
+    assert rig.fired() == ["early", "late"]
+    assert rig.table(0).watermark == T
+
+
+def test_a_tick_that_waited_past_the_bound_fires_without_the_older_requests(make_rig):
+    rig = make_rig(join_max_wait_s=0)
+    rig.ingest(rig.request("due", T_MS - 500))
+    rig.frontier.behind[0] = T_MS - 3000
+    rig.tick(T)
     assert rig.fired() == ["due"]
-    assert rig.ticks_counted("advanced") == 1
-    assert rig.ticks_counted("duplicate") == 0
+    assert rig.metrics.registry.get_sample_value("timers_join_wait_bound_total") == 1
+
+
+def test_ticks_of_a_partition_revoked_while_waiting_are_forgotten(rig):
+    rig.ingest(rig.request("due", T_MS - 500))
+    rig.frontier.behind[0] = T_MS - 3000
+    rig.tick(T)
+    rig.owned = {1, 2, 3}
+    rig.fire_ready()
+    rig.owned = {0, 1, 2, 3}  # handed back: only a new tick moves its clock
+    del rig.frontier.behind[0]
+    rig.fire_ready()
+    assert rig.fired() == []
+    rig.tick(T + 1)
+    assert rig.fired() == ["due"]
 
 
 def test_timers_stuck_on_a_flaky_topic_do_not_starve_the_rest(make_rig):

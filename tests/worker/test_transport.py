@@ -12,8 +12,8 @@ from faust.types import TP
 from futures.worker.transport import CHUNK_BYTES, RequestBacklog, TimerConsumer
 
 
-def records(n: int, size: int) -> list[SimpleNamespace]:
-    return [SimpleNamespace(value=b"x" * size) for _ in range(n)]
+def records(n: int, size: int, first_ms: int = 1_000) -> list[SimpleNamespace]:
+    return [SimpleNamespace(value=b"x" * size, timestamp=first_ms + i) for i in range(n)]
 
 
 def test_steps_keep_every_record_in_order_bounded_by_count_and_bytes() -> None:
@@ -67,3 +67,21 @@ def test_applied_requests_count_as_stream_activity_for_fausts_liveness_check() -
     asyncio.run(TimerConsumer._apply(consumer, apply, [(tp, batch)], 7))  # type: ignore[arg-type]
     assert applied == [[5, 6]] and acked == {tp: [5, 6]}
     assert monitor.stream_inbound_time[tp] >= before
+
+
+def test_the_frontier_is_the_oldest_request_in_hand_then_the_last_taken_until_caught_up() -> None:
+    backlog = RequestBacklog()
+    # Nothing fetched yet: whatever the broker holds is unknown, so nothing may pass.
+    assert backlog.frontier_ms("p0", highwater=None, position=None) == -1
+    assert backlog.frontier_ms("p0", highwater=5, position=5) is None  # read to the end
+    backlog.add("p0", records(4, 10, first_ms=7_000), 1)
+    backlog.add("p1", records(1, 10, first_ms=3_000), 1)
+    assert backlog.frontier_ms("p0", highwater=9, position=9) == 7_000
+    backlog.take(1, 2)  # two of p0's applied
+    assert backlog.frontier_ms("p0", highwater=9, position=9) == 7_002
+    backlog.take(1, 3)  # the rest of p0's, and p1's
+    assert backlog.frontier_ms("p0", highwater=12, position=9) == 7_003  # the broker holds more
+    assert backlog.frontier_ms("p0", highwater=9, position=9) is None
+    assert backlog.partitions() == set()
+    backlog.clear()  # a rebalance: what was taken before says nothing of the new position
+    assert backlog.frontier_ms("p0", highwater=12, position=9) == -1
