@@ -15,7 +15,6 @@ import sys
 from collections.abc import Iterable, Iterator
 from typing import NamedTuple
 
-from futures.worker.table import table_key
 from ktimers.producer import RecordHeaders
 from ktimers.wire import StoredTimer, callback_header_values, lay_out_callback_headers
 
@@ -56,18 +55,12 @@ class Callback(NamedTuple):
 
 def prepare(key: bytes, partition: int, stored: bytes) -> Callback:
     """The callback of the timer stored under table key ``key`` as ``stored``."""
-    return from_timer(StoredTimer.FromString(stored), partition, key, stored)
-
-
-def from_timer(
-    timer: StoredTimer, partition: int, key: bytes | None = None, stored: bytes | None = None
-) -> Callback:
-    """The callback of ``timer`` (parsed already: a late timer fired as it is accepted)."""
+    timer = StoredTimer.FromString(stored)
     future = timer.future
     timer_id, due_ms = future.id, future.due_ms
     own, id_header, due_header, token = callback_header_values(timer)
     return Callback(
-        key if key is not None else table_key(due_ms, timer_id),
+        key,
         partition,
         sys.intern(future.callBackTopic),  # one string per topic, not one per prepared callback
         future.callBackKey.encode(),
@@ -75,7 +68,7 @@ def from_timer(
         timer_id,
         due_ms,
         timer.source_offset,
-        stored if stored is not None else timer.SerializeToString(),
+        stored,
         id_header,
         due_header,
         own,

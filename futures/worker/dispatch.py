@@ -192,10 +192,6 @@ class Dispatcher:
         callbacks = sending.callbacks
         return self.settle(callbacks, sending.deliveries, [sending.fired_ms] * len(callbacks))
 
-    async def fire(self, callbacks: Iterable[Callback], fired_ms: int) -> FireOutcome:
-        """Produce callbacks and wait for every delivery report (:meth:`send`, then :meth:`confirm`)."""
-        return await self.confirm(self.send(callbacks, fired_ms))
-
     def settle(
         self, callbacks: Sequence[Callback], deliveries: Deliveries, fired: Sequence[int]
     ) -> FireOutcome:

@@ -32,7 +32,7 @@ from confluent_kafka import KafkaError
 
 from futures.ingress.records import SourceRecord
 from futures.ingress.requests import CancelRequest, RequestParser, Schedule
-from futures.worker.callbacks import Callback, Lookahead, from_timer, prepare
+from futures.worker.callbacks import Callback, Lookahead, prepare
 from futures.worker.config import LatePolicy, WorkerConfig
 from futures.worker.destinations import AnyTopic, TopicDirectory
 from futures.worker.dispatch import Dispatcher, Sending
@@ -53,7 +53,6 @@ from futures.worker.windows import Item, Window, Windows
 from ktimers.deadletter import short
 from ktimers.logs import ThrottledLog
 from ktimers.wire import (
-    StoredTimer,
     TimerEvent,
     decode_tick,
 )
@@ -95,6 +94,8 @@ class _Changes:
     # Precise mode: timers put into the table, for their window once the write is durable:
     # (id, due ms, table key, StoredTimer bytes).
     offers: list[tuple[str, int, bytes, bytes]] = field(default_factory=list)
+    #: A timer already due was accepted: fire the partition once the step is written.
+    late: bool = False
 
 
 class _DueScan:
@@ -131,6 +132,15 @@ class _DueScan:
         taken, self._items = items[:end], items[end:]
         p = self.partition
         return [(key, p, value) for key, value in taken]
+
+
+@dataclass
+class _Fired:
+    """What a firing scanned, per partition: up to when (epoch ms), and the earliest timer it
+    kept for a retry (due epoch ms)."""
+
+    limits: dict[int, int] = field(default_factory=dict)
+    kept: dict[int, int] = field(default_factory=dict)
 
 
 def _first(item: tuple[bytes, bytes]) -> bytes:
@@ -198,7 +208,6 @@ class TimerEngine:
             now = self._clock()
             parser = RequestParser(self.config.parse_limits, now)
             changes: dict[int, _Changes] = defaultdict(_Changes)
-            fire_now: list[Callback] = []
             staged = yielded = 0
             request_topic = self._topics.request
             queue = deque((record, True) for record in records)
@@ -233,9 +242,7 @@ class TimerEngine:
                 for request in parser.parse(record):
                     staged += 1
                     if isinstance(request, Schedule):
-                        late = self._schedule(request, part, now, table)
-                        if late is not None:
-                            fire_now.append(from_timer(late, record.partition))
+                        self._schedule(request, part, now, table)
                     elif isinstance(request, CancelRequest):
                         self._cancel(request, part)
                     else:
@@ -248,18 +255,17 @@ class TimerEngine:
                         yielded = staged
                         await asyncio.sleep(0)
                 if staged >= self.config.fire_chunk_size:
-                    await self._apply_staged(changes, fire_now)
-                    changes, fire_now, staged, yielded = defaultdict(_Changes), [], 0, 0
-            await self._apply_staged(changes, fire_now)
+                    await self._apply_staged(changes)
+                    changes, staged, yielded = defaultdict(_Changes), 0, 0
+            await self._apply_staged(changes)
 
-    async def _apply_staged(self, changes: dict[int, _Changes], fire_now: list[Callback]) -> None:
-        """Fire the late timers of an ingest step, then write the step to the changelog and the tables."""
-        if fire_now:
-            outcome = await self.dispatch.fire(fire_now, self._clock())
-            for i in outcome.transient:
-                late = fire_now[i]
-                self._keep_for_retry(late, changes[late.partition])
+    async def _apply_staged(self, changes: dict[int, _Changes]) -> None:
+        """Write an ingest step to the changelog and the tables, then fire the timers it
+        accepted already due, as a tick fires (they are in the table by then)."""
         await self._commit(changes)
+        late = {p: self._tables(p).watermark for p, part in changes.items() if part.late}
+        if late:
+            await self._fire(late)
         self.metrics.scheduled.inc(sum(part.scheduled for part in changes.values()))
         for partition, part in changes.items():
             for timer_id, due_ms, key, stored in part.offers:
@@ -272,18 +278,6 @@ class TimerEngine:
         if len(kept) < len(records):
             log.info("skipped %d records of partitions no longer assigned here", len(records) - len(kept))
         return kept
-
-    def _keep_for_retry(self, late: Callback, part: _Changes) -> None:
-        """Store a late timer whose callback failed transiently, so the next tick retries it.
-
-        Its key is placed just after the watermark (scans start there); the
-        Future keeps its real due time for headers and lateness.
-        """
-        self.metrics.dispatch_retries.inc()
-        retry_ms = self._tables(late.partition).watermark * 1000 + 1
-        part.records.append((table_key(retry_ms, late.timer_id), late.stored))
-        part.overlay[late.timer_id] = retry_ms
-        part.pending_delta += 1
 
     def _current_due(self, part: _Changes, table: PartitionTimers, timer_id: str) -> int | None:
         if timer_id in part.overlay:
@@ -311,10 +305,8 @@ class TimerEngine:
         self.metrics.cancelled.inc()
         self.dispatch.event(request.timer_id, Kind.CANCELLED, partition, due_ms=due)
 
-    def _schedule(
-        self, request: Schedule, part: _Changes, now: int, table: PartitionTimers
-    ) -> StoredTimer | None:
-        """Stage a schedule; return the timer when it is already due and must fire now.
+    def _schedule(self, request: Schedule, part: _Changes, now: int, table: PartitionTimers) -> None:
+        """Stage a schedule (one already due is fired once the step is written: ``part.late``).
 
         Runs once per timer at bulk ingest rates (a FutureBatch): keep it lean.
         """
@@ -330,7 +322,8 @@ class TimerEngine:
             part.overlay[timer_id] = None
             part.pending_delta -= 1
             old_due = None
-        if table.watermark >= 0 and due_ms <= table.watermark * 1000:
+        late = table.watermark >= 0 and due_ms <= table.watermark * 1000
+        if late:
             lateness_s = (now - due_ms) / 1000
             if lateness_s > self.config.max_lateness_s and self.config.late_policy is not LatePolicy.FIRE:
                 detail = (
@@ -347,8 +340,8 @@ class TimerEngine:
                         due_ms=due_ms,
                         reason=f"too-late (dropped): {detail}",
                     )
-                return None
-            return request.timer
+                return
+            part.late = True
         value = request.timer.SerializeToString()
         part.records.append((new_key, value))
         part.overlay[timer_id] = due_ms
@@ -360,7 +353,6 @@ class TimerEngine:
         self.dispatch.scheduled(
             timer_id, due_ms, partition, request.record.offset, request.timer.future.callBackTopic, now
         )
-        return None
 
     # -- tick → dispatch -------------------------------------------------------
 
@@ -421,19 +413,31 @@ class TimerEngine:
             targets = self._claim_ticks()
             if not targets:
                 return
-            changes = {partition: _Changes() for partition in targets}
-            held = await self._fire_due(targets, changes)
-            for partition, target in targets.items():
-                if partition not in held:
-                    changes[partition].watermark = target
-            await self._commit(changes)
-            moved = {p: part.watermark for p, part in changes.items() if part.watermark is not None}
+            moved = await self._fire(targets)
             if self.config.precise:
                 for partition, second in moved.items():
                     await self._open_windows(partition, second)
             else:
                 self._look_ahead(moved)
         self.metrics.ticks.labels("advanced").inc(len(moved))
+
+    async def _fire(self, targets: dict[int, int]) -> dict[int, int]:
+        """Fire each partition's timers due by its target second (epoch s), and move its clock
+        there (a late timer's partition: to where it is); the clocks moved. Under the lock.
+
+        The one way timers fire in second mode, whether a tick made them due or they were
+        accepted late. A timer whose callback failed transiently stays in the table, below
+        the clock: the table's low mark makes the next firing of its partition read it again.
+        """
+        changes = {partition: _Changes() for partition in targets}
+        fired = await self._fire_due(targets, changes)
+        for partition, target in targets.items():  # joined ticks were added to ``targets``
+            if target > self._tables(partition).watermark:
+                changes[partition].watermark = target
+        await self._commit(changes)
+        for partition, limit_ms in fired.limits.items():
+            self._tables(partition).scanned(limit_ms, fired.kept.get(partition))
+        return {p: part.watermark for p, part in changes.items() if part.watermark is not None}
 
     def _claim_ticks(self, partitions: Iterable[int] | None = None) -> dict[int, int]:
         """Partition → the second its clock moves to now (of ``partitions``, or all with waiting ticks)."""
@@ -466,10 +470,10 @@ class TimerEngine:
                 return None
         return second
 
-    async def _fire_due(self, targets: dict[int, int], changes: dict[int, _Changes]) -> set[int]:
-        """Fire the timers due in each partition by its target second (epoch s); returns the
-        partitions where some must wait for a retry (their clocks stay). Clock moves that
-        arrive meanwhile join (second mode): added to ``targets`` and ``changes``.
+    async def _fire_due(self, targets: dict[int, int], changes: dict[int, _Changes]) -> _Fired:
+        """Fire the timers due in each partition by its target second (epoch s), never past
+        this worker's clock. Clock moves that arrive meanwhile join (second mode): added to
+        ``targets`` and ``changes``.
 
         All partitions' timers go out as one stream in due order, not one partition
         after another: the timers a tick made latest go first, wherever they live.
@@ -482,11 +486,8 @@ class TimerEngine:
         """
         depth = 3 if self.config.fire_chunk_size >= 3 else 1
         piece = self.config.fire_chunk_size // depth
-        scans = [
-            _DueScan(partition, self._tables(partition), second * 1000)
-            for partition, second in targets.items()
-        ]
-        held: set[int] = set()
+        fired = _Fired()
+        scans = [self._scan(partition, second, fired) for partition, second in targets.items()]
         flight: deque[Sending] = deque()
         committing: asyncio.Task[None] | None = None
         # The first piece is small: the tick's first callbacks leave before a whole piece is read.
@@ -507,7 +508,7 @@ class TimerEngine:
                     if len(flight) < depth - 1:
                         continue  # the next piece goes out before this one is settled
                 if not flight:
-                    return held
+                    return fired
                 sending = flight.popleft()
                 outcome = await self.dispatch.confirm(sending)
                 await self.dispatch.deliver_dead_letters(outcome)
@@ -522,7 +523,11 @@ class TimerEngine:
                 if outcome.transient:
                     # Kept in the table: the next tick retries them, and the scans here read on past them.
                     self.metrics.dispatch_retries.inc(len(outcome.transient))
-                    held.update(sent[i].partition for i in outcome.transient)
+                    for i in outcome.transient:
+                        callback = sent[i]
+                        kept = fired.kept.get(callback.partition)
+                        if kept is None or callback.due_ms < kept:
+                            fired.kept[callback.partition] = callback.due_ms
                 if not self.config.precise:
                     # The other partitions' ticks of this second often come a fetch later: they
                     # join this firing instead of waiting for all of it (and its commit) to end.
@@ -531,7 +536,7 @@ class TimerEngine:
                     for partition, second in joined.items():
                         targets[partition] = second
                         changes[partition] = _Changes()
-                        scans.append(_DueScan(partition, self._tables(partition), second * 1000))
+                        scans.append(self._scan(partition, second, fired))
                 if flight or any(scan.more for scan in scans):
                     # A large second: this piece is made durable while the next go out (one commit
                     # at a time, in order); the last piece is the caller's, with the clock move.
@@ -547,6 +552,13 @@ class TimerEngine:
         finally:
             if committing is not None:
                 await committing
+
+    def _scan(self, partition: int, second: int, fired: _Fired) -> _DueScan:
+        """A scan of ``partition``'s timers due by ``second``, and never past this worker's clock:
+        the clock of a partition inherited from another worker may be ahead of ours."""
+        limit_ms = min(second * 1000, self._clock() + self.config.clock_tolerance_ms)
+        fired.limits[partition] = limit_ms
+        return _DueScan(partition, self._tables(partition), limit_ms)
 
     def _look_ahead(self, moved: Mapping[int, int]) -> None:
         """Second mode: prepare the callbacks each partition's next tick fires, its clock just

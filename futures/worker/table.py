@@ -28,6 +28,10 @@ closing ``m:progress``; a table written before those existed simply has none
 
 Because the due time leads the key, "every timer due by second s" is one
 forward range scan, and scheduling k timers into one second is k puts.
+Scans start at the watermark: below it lie the tombstones of fired timers, and
+only the few timers that came due there and are still to fire — accepted late,
+or kept after a transient callback failure. The lowest of those is the table's
+**low mark** (:attr:`PartitionTimers.low_ms`), where scans start instead.
 Every mutation — live or replayed from the changelog — goes through
 :meth:`PartitionTimers.apply`, so a table rebuilt from its changelog is the
 table that wrote it.
@@ -144,6 +148,10 @@ class PartitionTimers:
         self.pending = self._read_int(PENDING_KEY, _U64, 0)
         offset = self._read_int(OFFSET_KEY, _I64, -1)
         self.persisted_offset: int | None = None if offset < 0 else offset
+        # The low mark (see the module docstring), found by a scan when not known: on
+        # opening, and after a changelog replay.
+        self._low_ms: int | None = None
+        self._low_known = False
 
     def _read_int(self, key: bytes, codec: struct.Struct, default: int) -> int:
         raw = self._db.get(key)
@@ -168,6 +176,48 @@ class PartitionTimers:
         """Last applied offset of ingress topic ``topic`` (not `timer-request`: see ``request_offset``)."""
         return self.topic_offsets.get(topic, NO_OFFSET)
 
+    # -- the low mark ----------------------------------------------------------
+
+    @property
+    def low_ms(self) -> int | None:
+        """Due time (epoch ms) of the earliest pending timer at or below the watermark, if any."""
+        if not self._low_known:
+            self._low_ms = self._first_due(0, self._watermark_ms())
+            self._low_known = True
+        return self._low_ms
+
+    def _watermark_ms(self) -> int:
+        return self.watermark * 1000 if self.watermark >= 0 else -1
+
+    def _first_due(self, from_ms: int, to_ms: int) -> int | None:
+        """Due time of the earliest pending timer with ``from_ms <= due_ms <= to_ms``, if any."""
+        if to_ms < from_ms:
+            return None
+        it = self._db.iter()
+        it.seek(TIMER_PREFIX + due_prefix(max(from_ms, 0)))
+        if not it.valid():
+            return None
+        key = bytes(it.key())
+        if not key.startswith(TIMER_PREFIX) or key >= TIMER_PREFIX + due_prefix(to_ms + 1):
+            return None
+        return due_of_key(key)
+
+    def scanned(self, to_ms: int, kept_ms: int | None) -> None:
+        """A scan fired every timer due by ``to_ms`` (epoch ms) but those kept for a retry, the
+        earliest of them due at ``kept_ms``: what is left at or below the watermark sets the low mark."""
+        low = self.low_ms
+        if low is None or low > to_ms:
+            if kept_ms is not None and (low is None or kept_ms < low):
+                self._low_ms = kept_ms
+            return
+        rest = self._first_due(to_ms + 1, self._watermark_ms())
+        self._low_ms = min((d for d in (kept_ms, rest) if d is not None), default=None)
+
+    def _scan_start_ms(self) -> int:
+        """Where a scan for due timers starts (epoch ms): the low mark, else past the watermark."""
+        low = self.low_ms
+        return low if low is not None else self._watermark_ms() + 1
+
     # -- reads ---------------------------------------------------------------
 
     def due_of(self, timer_id: str) -> int | None:
@@ -188,13 +238,13 @@ class PartitionTimers:
         """Up to ``max_count`` pending timers with due_ms <= ``limit_ms``, earliest first, as
         (table key, ``StoredTimer`` bytes): the fire path's and precise windows' scan.
 
-        Every pending timer is due after the watermark (earlier ones were fired
-        and deleted), so the scan starts there and never walks the tombstones
-        that firing leaves at the head of the key range. ``after``: resume past this
-        table key (timers kept for a retry are not returned again). ``from_ms``: only
-        timers due at or after it (epoch ms).
+        The scan starts at the low mark, or past the watermark (earlier timers were
+        fired and deleted), and so never walks the tombstones that firing leaves at
+        the head of the key range. ``after``: resume past this table key (timers kept
+        for a retry are not returned again). ``from_ms``: only timers due at or after
+        it (epoch ms).
         """
-        start_ms = max(self.watermark * 1000 + 1 if self.watermark >= 0 else 0, from_ms)
+        start_ms = max(self._scan_start_ms(), from_ms)
         start = TIMER_PREFIX + due_prefix(start_ms)
         if after is not None and after >= start:
             start = after + b"\x00"  # the smallest key greater than ``after``
@@ -223,12 +273,11 @@ class PartitionTimers:
         """Up to ``limit`` pending timers with ``from_ms <= due_ms < to_ms`` (epoch ms), earliest first.
 
         A bounded range scan for listings and paging: it seeks to the later of
-        ``from_ms`` and the watermark (nothing is pending at or before it; only the
-        tombstones of fired timers lie there) or just past ``after_key`` (the last
+        ``from_ms`` and the low mark or the watermark (before them, only the
+        tombstones of fired timers lie) or just past ``after_key`` (the last
         key of the previous page), and stops at ``to_ms`` or after ``limit`` timers.
         """
-        first_pending_ms = self.watermark * 1000 + 1 if self.watermark >= 0 else 0
-        start = TIMER_PREFIX + due_prefix(max(from_ms, first_pending_ms, 0))
+        start = TIMER_PREFIX + due_prefix(max(from_ms, self._scan_start_ms(), 0))
         if after_key is not None and after_key >= start:
             start = after_key + b"\x00"  # the smallest key greater than ``after_key``
         stop = TIMER_PREFIX + due_prefix(min(to_ms, _U64_MAX))
@@ -261,6 +310,9 @@ class PartitionTimers:
         # batch is not readable before it is written, and a replay batch may put
         # and delete (or put twice) the same key.
         present: dict[bytes, bool] = {}
+        # A timer put at or below the watermark (accepted late) lowers the low mark.
+        below = TIMER_PREFIX + due_prefix(self._watermark_ms() + 1)
+        low = self._low_ms
         for key, value in records:
             if key.startswith(TIMER_PREFIX):
                 # A timer key is TIMER_PREFIX, the due time (8 bytes) and the id: its
@@ -279,6 +331,9 @@ class PartitionTimers:
                 else:
                     batch.put(key, value)
                     batch.put(index_key, key[1:_TIMER_ID_AT])
+                    if key < below:
+                        due = due_of_key(key)
+                        low = due if low is None else min(low, due)
             elif key == PROGRESS_KEY and value is not None:
                 record_watermark, record_offset = _PROGRESS.unpack(value)
                 watermark = max(watermark, record_watermark)
@@ -302,6 +357,12 @@ class PartitionTimers:
         self.topic_offsets.update(topic_offsets)
         if offset is not None:
             self.persisted_offset = offset
+        if pending_delta is None:
+            # A replay: a timer kept below the watermark by its writer is put before the
+            # progress that passed it, so the low mark is found anew when next needed.
+            self._low_known = False
+        elif self._low_known:
+            self._low_ms = low
 
     def set_persisted_offset(self, offset: int) -> None:
         self._db.put(OFFSET_KEY, _I64.pack(offset))

@@ -195,14 +195,14 @@ def test_request_due_by_the_watermark_fires_on_arrival(rig):
         # Far beyond max_lateness_s, but the default policy still fires it.
         rig.request("hours-late", T_MS - 10 * 3_600_000),
     )
-    assert rig.fired() == ["on-watermark", "hours-late"]
+    # Into the table and out again as a tick fires them: in due order, and deleted once delivered.
+    assert rig.fired() == ["hours-late", "on-watermark"]
     assert rig.pending_ids() == ["just-after"]
     assert rig.table(0).due_of("on-watermark") is None
-    stored = {s.key for s in rig.changelog() if s.value is not None and s.key != PROGRESS_KEY}
-    assert len(stored) == 1
+    assert rig.table(0).low_ms is None
 
     rig.tick(T + 1)
-    assert rig.fired() == ["on-watermark", "hours-late", "just-after"]
+    assert rig.fired() == ["hours-late", "on-watermark", "just-after"]
 
 
 @pytest.mark.parametrize("policy", [LatePolicy.DROP, LatePolicy.DLQ])
@@ -377,7 +377,8 @@ def test_transiently_undeliverable_callback_is_kept_and_retried_on_the_next_tick
     assert rig.fired("audit") == ["b"]
     assert rig.pending_ids() == ["a"]
     assert rig.table(0).pending == 1
-    assert rig.table(0).watermark == T - 1  # the clock waits for the kept timer
+    assert rig.table(0).watermark == T  # the clock moves on; the kept timer stays below it
+    assert rig.table(0).low_ms == T_MS
     assert rig.dlq() == []
 
     flaky.clear()
@@ -713,8 +714,9 @@ def test_timers_stuck_on_a_flaky_topic_do_not_starve_the_rest(make_rig):
     for second in range(T, T + 3):
         rig.tick(second)
     assert rig.fired() == ["ok"]
-    assert rig.pending_ids() == ["s1", "s2"]  # still kept for a retry
-    assert rig.table(0).watermark < T
+    assert rig.pending_ids() == ["s1", "s2"]  # still kept for a retry, below the clock
+    assert rig.table(0).watermark == T + 2
+    assert rig.table(0).low_ms == T_MS - 900
 
 
 class FakeGapReader:
@@ -846,3 +848,59 @@ def test_a_hot_second_over_several_partitions_goes_out_in_whole_pieces(make_rig)
     # A piece is made durable by a changelog write of its own, closed by the progress record.
     writes = len([s for s in rig.changelog(0) if s.key == PROGRESS_KEY]) - writes_before
     assert writes <= 14
+
+
+# -- the fire path's edge cases ---------------------------------------------------
+
+
+def test_a_late_timer_replaced_in_its_step_leaves_one_version_even_when_its_callback_fails(rig):
+    rig.tick(T)
+    rig.producer.fail = lambda topic: transient_error() if topic == "orders" else None
+    rig.ingest(rig.request("x", T_MS - 1000, payload=b"v1"), rig.request("x", T_MS + 5000, payload=b"v2"))
+    rig.producer.fail = lambda topic: None
+    assert rig.pending_ids() == ["x"]  # one version: the latest
+    assert rig.table(0).due_of("x") == T_MS + 5000
+
+    rig.ingest(rig.cancel("x"))
+    assert [e.id for e in rig.events(Kind.CANCELLED)] == ["x"]
+    for second in range(T + 1, T + 7):
+        rig.tick(second)
+    assert rig.fired() == []
+    assert rig.table(0).pending == 0
+
+
+def test_a_request_read_again_after_a_crash_between_its_step_and_its_progress_fires_once(rig, make_rig):
+    # The step's changelog records are written, its progress record is not: the worker dies.
+    rig.tick(T)
+    request = rig.request("once", T_MS + 1500)
+    rig.ingest(request)
+    written = [s for s in rig.changelog() if s.key != PROGRESS_KEY]
+    restarted = make_rig()
+    _replay(restarted.table(0), [written])
+    assert restarted.pending_ids() == ["once"]
+    assert restarted.table(0).request_offset < request.offset  # so the request is read again
+
+    # After the restart, the tick comes while the request is read again, not yet applied.
+    restarted.frontier.behind[0] = T_MS  # the re-read request was written before the tick
+    restarted.tick(T + 2)
+    assert restarted.fired() == []
+    restarted.ingest(request)
+    del restarted.frontier.behind[0]
+    restarted.fire_ready()
+    restarted.tick(T + 3)
+    assert restarted.fired() == ["once"]
+
+
+def test_an_inherited_clock_ahead_of_this_workers_fires_nothing_early(rig):
+    # The previous owner's clock ran 5 s fast: the partition's clock is at T + 5.
+    rig.tick(T + 5, clock_ms=T_MS + 5010)
+    rig.now = T_MS + 100  # this worker's clock
+    rig.ingest(rig.request("soon", T_MS + 2000), rig.request("past", T_MS - 1000))
+    assert rig.fired() == ["past"]  # due by this worker's clock
+    assert rig.pending_ids() == ["soon"]
+
+    rig.now = T_MS + 6010
+    rig.tick(T + 6)
+    assert rig.fired() == ["past", "soon"]
+    callback = rig.callbacks()[-1]
+    assert int(callback.header("kt-fired-ms") or b"0") >= T_MS + 2000
