@@ -25,7 +25,7 @@ import bisect
 import logging
 import time
 from collections import defaultdict, deque
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from confluent_kafka import KafkaError
@@ -598,6 +598,24 @@ class TimerEngine:
             log.warning("preparing the next second's callbacks failed", exc_info=True)
             self._ahead.clear()
 
+    # -- revocation --------------------------------------------------------------
+
+    def revoke(self, partitions: Iterable[int]) -> None:
+        """Stop at once what this worker would still send of ``partitions``, revoked by a rebalance.
+
+        Call it as the revocation is reported, before the group rejoins (so before a new
+        owner fires them), with ``owns`` saying False for them from then on. Their precise
+        windows send nothing more: what they did not settle stays in the table, so the new
+        owner fires it, a timer sent just before the revocation maybe once more (callbacks
+        carry ``kt-id`` and ``kt-due-ms`` for receivers to deduplicate). The callbacks
+        prepared ahead for them are dropped.
+        """
+        revoked = set(partitions)
+        self._windows.revoke(revoked)
+        for partition in revoked:
+            self._lookahead.drop(partition)
+            self._ahead.pop(partition, None)
+
     # -- precise mode ------------------------------------------------------------
 
     async def _open_windows(self, partition: int, second: int) -> None:
@@ -610,6 +628,8 @@ class TimerEngine:
         table = self._tables(partition)
         most = self._windows.max_timers
         for window in (second + 1, second + 2):
+            if not self._owns(partition):
+                return  # revoked while the tick fired, or while the window before was read
             if self._windows.is_open(partition, window):
                 continue
             items: list[Item] = []
@@ -630,9 +650,10 @@ class TimerEngine:
         Runs without the lock while it waits, so ingest goes on: a timer accepted
         meanwhile joins (``Windows.offer``), one cancelled or replaced is skipped
         (``window.removed``). Never early: a timer is sent when this worker's clock
-        has reached its due time.
+        has reached its due time. Never after its partition was revoked (:meth:`revoke`).
         """
         end_ms = window.second * 1000
+        partition = window.partition
         # Sent timers are settled and deleted a few hundred at a time, beside the sending:
         # all at once at the end of the second, that work (tens of ms a thousand timers)
         # would hold up the next window's first timers.
@@ -642,6 +663,10 @@ class TimerEngine:
             topics: dict[str, KafkaError | None] = {}  # callback topics looked up, for this window
             sent: list[tuple[Callback, int]] = []  # and when each was sent
             while True:
+                # Checked again before each timer, with no await until it is produced.
+                if window.revoked or not self._owns(partition):
+                    sent = []  # left in the table, for the new owner: at least once
+                    break
                 next_due = window.next_due()
                 wait_ms = (end_ms if next_due is None else next_due) - self._clock()
                 if wait_ms > 0:
@@ -676,7 +701,7 @@ class TimerEngine:
         partition = window.partition
         await self._writer.delivered(deliveries)
         async with self._lock:
-            if not self._owns(partition):
+            if window.revoked or not self._owns(partition):
                 return  # the new owner re-sends them: at least once
             outcome = self.dispatch.settle([c for c, _ in sent], deliveries, [f for _, f in sent])
             await self.dispatch.deliver_dead_letters(outcome)

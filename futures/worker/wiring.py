@@ -42,6 +42,7 @@ def build(config: WorkerConfig, partitions: int) -> tuple[faust.App, TimerEngine
         gaps=KafkaGapReader(config.common.kafka),
         callback_topics=callback_topics,
     )
+    store.on_revoked = engine.revoke
     register_agents(timers.app, engine, config)
     register_views(timers.app, metrics, store, config, engine.status, writer)
 
