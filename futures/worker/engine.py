@@ -150,6 +150,7 @@ class TimerEngine:
         status: WorkerStatus | None = None,
         gaps: GapReader | None = None,
         callback_topics: TopicDirectory | None = None,
+        on_fatal: Callable[[BaseException], None] | None = None,
     ) -> None:
         self.config = config
         self._tables = tables
@@ -167,7 +168,10 @@ class TimerEngine:
         self.dispatch = Dispatcher(
             self._topics, writer, metrics, self.status, clock, callback_topics or AnyTopic()
         )
-        self._windows = Windows(config.fire_chunk_size)  # precise mode
+        self._windows = Windows(config.fire_chunk_size, self._fatal)  # precise mode
+        #: Told of a failure that must stop the worker (durable writes failed): see _fatal.
+        self.on_fatal = on_fatal
+        self._failure: BaseException | None = None
         # Second mode: the next second's callbacks, prepared between ticks (_prepare_ahead).
         self._lookahead = Lookahead(config.fire_chunk_size)
         self._ahead: dict[int, int] = {}  # partition → the second its clock is at, to prepare past
@@ -598,7 +602,7 @@ class TimerEngine:
             log.warning("preparing the next second's callbacks failed", exc_info=True)
             self._ahead.clear()
 
-    # -- revocation --------------------------------------------------------------
+    # -- revocation and failure --------------------------------------------------
 
     def revoke(self, partitions: Iterable[int]) -> None:
         """Stop at once what this worker would still send of ``partitions``, revoked by a rebalance.
@@ -615,6 +619,24 @@ class TimerEngine:
         for partition in revoked:
             self._lookahead.drop(partition)
             self._ahead.pop(partition, None)
+
+    def _fatal(self, exc: BaseException) -> None:
+        """A precise window or its settle failed: its durable writes failed, the worker must stop.
+
+        Until it has stopped, this engine owns nothing: from now on no window sends and no
+        tick or request is applied, so the failed window's timers are not sent again here
+        (they stay in the table: the restarted worker sends them).
+        """
+        if self._failure is not None:
+            if exc is not self._failure:  # the failed settle's window ends with the same one
+                log.warning("a precise window failed too while the worker stops: %r", exc)
+            return
+        self._failure = exc
+        log.critical("a precise window failed, stopping the worker: %r", exc, exc_info=exc)
+        self._owns = lambda partition: False
+        self.revoke([*self._windows.partitions(), *self._lookahead.partitions(), *self._ahead])
+        if self.on_fatal is not None:
+            self.on_fatal(exc)
 
     # -- precise mode ------------------------------------------------------------
 
@@ -651,6 +673,7 @@ class TimerEngine:
         meanwhile joins (``Windows.offer``), one cancelled or replaced is skipped
         (``window.removed``). Never early: a timer is sent when this worker's clock
         has reached its due time. Never after its partition was revoked (:meth:`revoke`).
+        A failure ends it with the failure, every settle's awaited first.
         """
         end_ms = window.second * 1000
         partition = window.partition
@@ -688,31 +711,41 @@ class TimerEngine:
             window.closing = True
             if sent:
                 settling.append(asyncio.create_task(self._settle_sent(window, sent, deliveries)))
-            for task in settling:
-                await task  # a failure stops the worker (through the tick that waits for this window)
         finally:
             window.closing = True
+            # Open until its timers are deleted: the tick of its second waits for that (Windows.done).
+            settled = await asyncio.gather(*settling, return_exceptions=True)
             self._windows.close(window)
+        for outcome in settled:
+            if isinstance(outcome, BaseException):
+                raise outcome  # to Windows' on_failure: the worker stops
 
     async def _settle_sent(
         self, window: Window, sent: list[tuple[Callback, int]], deliveries: Deliveries
     ) -> None:
-        """Once their delivery reports are in, record a window's sent timers and delete them."""
+        """Once their delivery reports are in, record a window's sent timers and delete them.
+
+        A failure stops the worker at once (:meth:`_fatal`), before the window sends on.
+        """
         partition = window.partition
-        await self._writer.delivered(deliveries)
-        async with self._lock:
-            if window.revoked or not self._owns(partition):
-                return  # the new owner re-sends them: at least once
-            outcome = self.dispatch.settle([c for c, _ in sent], deliveries, [f for _, f in sent])
-            await self.dispatch.deliver_dead_letters(outcome)
-            part = _Changes()
-            for i in outcome.done:
-                key = sent[i][0].key
-                if key not in window.removed:
-                    part.records.append((key, None))
-                    part.pending_delta -= 1
-            # Transient failures stay in the table: the next tick's scan retries them.
-            await self._commit({partition: part})
+        try:
+            await self._writer.delivered(deliveries)
+            async with self._lock:
+                if window.revoked or not self._owns(partition):
+                    return  # the new owner re-sends them: at least once
+                outcome = self.dispatch.settle([c for c, _ in sent], deliveries, [f for _, f in sent])
+                await self.dispatch.deliver_dead_letters(outcome)
+                part = _Changes()
+                for i in outcome.done:
+                    key = sent[i][0].key
+                    if key not in window.removed:
+                        part.records.append((key, None))
+                        part.pending_delta -= 1
+                # Transient failures stay in the table: the next tick's scan retries them.
+                await self._commit({partition: part})
+        except Exception as exc:
+            self._fatal(exc)
+            raise
 
     # -- table writes ----------------------------------------------------------
 

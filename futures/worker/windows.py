@@ -8,7 +8,8 @@ ingest, or in the broker) delays none of them. Timers accepted into an open wind
 after it opened join it (:meth:`Windows.offer`); a cancel or a new version takes its timer
 out (:meth:`Windows.cancel`, :meth:`Windows.withdraw`). Timers stay in the table until sent
 and deleted by their window (``TimerEngine._send_window``), so a crash re-sends them.
-A revoked partition's windows stop before their next timer (:meth:`Windows.revoke`).
+A revoked partition's windows stop before their next timer (:meth:`Windows.revoke`), and a
+window's failure is reported at once (``on_failure``), never left in its task.
 A window holds its timers' callbacks ready to send (:mod:`futures.worker.callbacks`): built
 when it opens, a second ahead, not at each timer's millisecond.
 """
@@ -93,15 +94,18 @@ def _wake(waiter: asyncio.Future[None]) -> None:
 
 
 SendFn = Callable[[Window], Coroutine[Any, Any, None]]
+FailFn = Callable[[BaseException], None]
 
 
 class Windows:
     """The open windows, by partition and second."""
 
-    def __init__(self, max_timers: int = 20_000) -> None:
+    def __init__(self, max_timers: int, on_failure: FailFn) -> None:
         self._open: dict[tuple[int, int], Window] = {}
         #: Timers a window takes at most (``TIMERS_FIRE_CHUNK_SIZE``): the rest wait for a tick's scan.
         self.max_timers = max_timers
+        #: Told of a window whose sending failed (its durable writes failed: the worker must stop).
+        self._on_failure = on_failure
         #: Every window's task until it ends, revoked ones included: the loop keeps only weak references.
         self._tasks: set[asyncio.Task[None]] = set()
 
@@ -123,7 +127,12 @@ class Windows:
         self._open[(partition, second)] = window
         task = window.task = asyncio.get_running_loop().create_task(send(window))
         self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
+        task.add_done_callback(self._ended)
+
+    def _ended(self, task: asyncio.Task[None]) -> None:
+        self._tasks.discard(task)
+        if not task.cancelled() and (exc := task.exception()) is not None:
+            self._on_failure(exc)
 
     def close(self, window: Window) -> None:
         if self._open.get((window.partition, window.second)) is window:
@@ -146,14 +155,17 @@ class Windows:
 
     async def done(self, seconds: Mapping[int, int]) -> None:
         """Wait until the windows of each partition up to its second in ``seconds`` have sent
-        and deleted their timers (the tick's scan must not find them)."""
+        and deleted their timers (the tick's scan must not find them).
+
+        A window that failed does not raise here: its failure went to ``on_failure``.
+        """
         waiting = [
             window.task
             for (partition, second), window in list(self._open.items())
             if second <= seconds.get(partition, -1) and window.task is not None
         ]
-        for task in waiting:
-            await asyncio.shield(task)
+        if waiting:
+            await asyncio.wait(waiting)  # not cancelled with the caller: they stop on revocation
 
     def offer(self, partition: int, due_ms: int, key: bytes, stored: bytes) -> None:
         """A timer just accepted into the table (``stored``: its ``StoredTimer`` bytes): its window

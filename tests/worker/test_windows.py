@@ -1,5 +1,6 @@
-"""Precise windows end with their partition: a revoked partition sends nothing more. The clock
-is the test's: a window sends what is due by it and otherwise waits, a few milliseconds at a time."""
+"""Precise windows end with their partition and with their worker: a revoked partition sends
+nothing more, a failed settle stops the worker. The clock is the test's: a window sends what
+is due by it and otherwise waits, a few milliseconds at a time."""
 
 from __future__ import annotations
 
@@ -10,7 +11,10 @@ from pathlib import Path
 import pytest
 
 from futures.worker.config import WorkerConfig
+from futures.worker.windows import Window, Windows
 from ktimers.config import CommonConfig, KafkaConfig
+from ktimers.errors import DeliveryError
+from tests.worker.fakes import transient_error
 from tests.worker.rig import Kind, Rig, T
 
 #: A second's start, on the test's clock, in milliseconds: window T holds (START, START + 1000].
@@ -18,7 +22,13 @@ START = (T - 1) * 1000
 
 
 class OwnerRig(Rig):
-    """A rig whose partitions are revoked the way the store revokes them (:meth:`revoke`)."""
+    """A rig whose engine reports failures that must stop the worker to ``fatal``, and
+    whose partitions are revoked the way the store revokes them (:meth:`revoke`)."""
+
+    def __init__(self, directory: Path, config: WorkerConfig) -> None:
+        super().__init__(directory, config)
+        self.fatal: list[BaseException] = []
+        self.engine.on_fatal = self.fatal.append
 
     def revoke(self, partition: int) -> None:
         self.owned.discard(partition)
@@ -88,6 +98,7 @@ def test_a_revoked_partition_sends_nothing_more_and_leaves_its_timers_to_the_new
     assert sorted(rig.pending_ids(0)) == sorted(due)
     assert rig.produced(1) == list(other)
     assert rig.pending_ids(1) == []
+    assert rig.fatal == []
 
 
 def test_a_cancel_applied_by_the_new_owner_is_not_defeated_by_the_old_one(
@@ -113,6 +124,34 @@ def test_a_cancel_applied_by_the_new_owner_is_not_defeated_by_the_old_one(
     assert new.produced() == ["y"]
 
 
+def test_a_failed_settle_stops_the_worker_and_its_timers_are_not_sent_again(
+    owner: Callable[[], OwnerRig],
+) -> None:
+    rig = owner()
+    engine = rig.engine
+    changelog = rig.config.changelog_topic
+    due = {f"t{i}": START + 100 + 10 * i for i in range(5)}
+
+    async def scenario() -> None:
+        await rig.schedule(due)
+        await engine.advance([rig.tick_record(T - 1)])
+        await rig.schedule({"next": T * 1000 + 100})  # window T + 1's
+        rig.producer.fail = lambda topic: transient_error() if topic == changelog else None
+        rig.now = T * 1000 + 10
+        await _until(lambda: bool(rig.fatal))
+        rig.producer.fail = lambda topic: None  # the broker is back: nothing must go out again
+        rig.now = T * 1000 + 200
+        await engine.advance([rig.tick_record(T)])
+        await asyncio.sleep(0.05)
+        await engine.advance([rig.tick_record(T + 1)])
+
+    asyncio.run(scenario())
+    [failure] = rig.fatal
+    assert isinstance(failure, DeliveryError)
+    assert rig.produced() == list(due)  # once each: "next" neither, the worker stops
+    assert sorted(rig.pending_ids()) == sorted([*due, "next"])  # a restart sends them
+
+
 def test_what_was_prepared_ahead_for_a_revoked_partition_is_dropped_at_once(
     make_rig: Callable[..., Rig],
 ) -> None:
@@ -131,3 +170,35 @@ def test_what_was_prepared_ahead_for_a_revoked_partition_is_dropped_at_once(
         assert len(rig.engine._lookahead) == 1
 
     asyncio.run(scenario())
+
+
+def test_a_revoked_window_wakes_and_ends_and_a_failed_one_is_reported() -> None:
+    failures: list[BaseException] = []
+    windows = Windows(100, failures.append)
+
+    async def wait_long(window: Window) -> None:
+        try:
+            while not window.revoked:
+                await window.wait(60)
+        finally:
+            windows.close(window)
+
+    async def fail(window: Window) -> None:
+        windows.close(window)
+        raise DeliveryError("changelog record(s) not delivered")
+
+    async def scenario() -> None:
+        windows.open(0, T, [], wait_long)
+        windows.open(1, T, [], wait_long)
+        windows.revoke({0})
+        assert windows.partitions() == {1}
+        await asyncio.sleep(0.01)
+        waiting = [task for task in asyncio.all_tasks() if task is not asyncio.current_task()]
+        assert len(waiting) == 1, "the revoked window still waits"
+        windows.open(2, T, [], fail)
+        await asyncio.wait_for(windows.done({2: T}), 1)  # waits for it to end, does not raise
+        windows.revoke({1})
+        await asyncio.sleep(0.01)
+
+    asyncio.run(scenario())
+    assert [str(f) for f in failures] == ["changelog record(s) not delivered"]
