@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 import faust
 from faust.tables import TableManager
-from faust.types import TableT
+from faust.types import TP, TableT
 
 from futures.worker.config import TABLE_NAME, WorkerConfig
 from futures.worker.store import TimerStore
@@ -43,6 +43,14 @@ class PromptTableManager(TableManager):
         if not self.should_stop:
             await self._update_channels()
             await self.recovery.start()
+
+    def on_partitions_revoked(self, revoked: set[TP]) -> None:
+        """The earliest Faust says which partitions go: first thing of its revocation, before
+        the group rejoins (aiokafka's eager protocol), so before a new owner can fire their timers."""
+        for table in self.values():
+            if isinstance(table.data, TimerStore):
+                table.data.revoke(revoked)
+        super().on_partitions_revoked(revoked)
 
 
 def _broker_url(kafka: KafkaConfig, scheme: str = "kafka") -> str:

@@ -162,6 +162,7 @@ class TimerEngine:
         gaps: GapReader | None = None,
         callback_topics: TopicDirectory | None = None,
         frontier: RequestFrontier | None = None,
+        on_fatal: Callable[[BaseException], None] | None = None,
     ) -> None:
         self.config = config
         self._tables = tables
@@ -179,7 +180,10 @@ class TimerEngine:
         self.dispatch = Dispatcher(
             self._topics, writer, metrics, self.status, clock, callback_topics or AnyTopic()
         )
-        self._windows = Windows(config.fire_chunk_size)  # precise mode
+        self._windows = Windows(config.fire_chunk_size, self._fatal)  # precise mode
+        #: Told of a failure that must stop the worker (durable writes failed): see _fatal.
+        self.on_fatal = on_fatal
+        self._failure: BaseException | None = None
         # Second mode: the next second's callbacks, prepared between ticks (_prepare_ahead).
         self._lookahead = Lookahead(config.fire_chunk_size)
         self._ahead: dict[int, int] = {}  # partition → the second its clock is at, to prepare past
@@ -494,6 +498,9 @@ class TimerEngine:
         size = min(piece, _FIRST_PIECE)
         try:
             while True:
+                if not all(self._owns(scan.partition) for scan in scans):
+                    # Revoked meanwhile (revoke): nothing more of it is sent; the new owner fires it.
+                    scans = [scan for scan in scans if self._owns(scan.partition)]
                 share = max(size // max(len(scans), 1), 1)
                 size = piece
                 for scan in scans:
@@ -601,6 +608,42 @@ class TimerEngine:
             log.warning("preparing the next second's callbacks failed", exc_info=True)
             self._ahead.clear()
 
+    # -- revocation and failure --------------------------------------------------
+
+    def revoke(self, partitions: Iterable[int]) -> None:
+        """Stop at once what this worker would still send of ``partitions``, revoked by a rebalance.
+
+        Call it as the revocation is reported, before the group rejoins (so before a new
+        owner fires them), with ``owns`` saying False for them from then on. Their precise
+        windows send nothing more: what they did not settle stays in the table, so the new
+        owner fires it, a timer sent just before the revocation maybe once more (callbacks
+        carry ``kt-id`` and ``kt-due-ms`` for receivers to deduplicate). The callbacks
+        prepared ahead for them are dropped.
+        """
+        revoked = set(partitions)
+        self._windows.revoke(revoked)
+        for partition in revoked:
+            self._lookahead.drop(partition)
+            self._ahead.pop(partition, None)
+
+    def _fatal(self, exc: BaseException) -> None:
+        """A precise window or its settle failed: its durable writes failed, the worker must stop.
+
+        Until it has stopped, this engine owns nothing: from now on no window sends and no
+        tick or request is applied, so the failed window's timers are not sent again here
+        (they stay in the table: the restarted worker sends them).
+        """
+        if self._failure is not None:
+            if exc is not self._failure:  # the failed settle's window ends with the same one
+                log.warning("a precise window failed too while the worker stops: %r", exc)
+            return
+        self._failure = exc
+        log.critical("a precise window failed, stopping the worker: %r", exc, exc_info=exc)
+        self._owns = lambda partition: False
+        self.revoke([*self._windows.partitions(), *self._lookahead.partitions(), *self._ahead])
+        if self.on_fatal is not None:
+            self.on_fatal(exc)
+
     # -- precise mode ------------------------------------------------------------
 
     async def _open_windows(self, partition: int, second: int) -> None:
@@ -613,6 +656,8 @@ class TimerEngine:
         table = self._tables(partition)
         most = self._windows.max_timers
         for window in (second + 1, second + 2):
+            if not self._owns(partition):
+                return  # revoked while the tick fired, or while the window before was read
             if self._windows.is_open(partition, window):
                 continue
             items: list[Item] = []
@@ -633,9 +678,11 @@ class TimerEngine:
         Runs without the lock while it waits, so ingest goes on: a timer accepted
         meanwhile joins (``Windows.offer``), one cancelled or replaced is skipped
         (``window.removed``). Never early: a timer is sent when this worker's clock
-        has reached its due time.
+        has reached its due time. Never after its partition was revoked (:meth:`revoke`).
+        A failure ends it with the failure, every settle's awaited first.
         """
         end_ms = window.second * 1000
+        partition = window.partition
         # Sent timers are settled and deleted a few hundred at a time, beside the sending:
         # all at once at the end of the second, that work (tens of ms a thousand timers)
         # would hold up the next window's first timers.
@@ -645,6 +692,10 @@ class TimerEngine:
             topics: dict[str, KafkaError | None] = {}  # callback topics looked up, for this window
             sent: list[tuple[Callback, int]] = []  # and when each was sent
             while True:
+                # Checked again before each timer, with no await until it is produced.
+                if window.revoked or not self._owns(partition):
+                    sent = []  # left in the table, for the new owner: at least once
+                    break
                 next_due = window.next_due()
                 wait_ms = (end_ms if next_due is None else next_due) - self._clock()
                 if wait_ms > 0:
@@ -666,31 +717,41 @@ class TimerEngine:
             window.closing = True
             if sent:
                 settling.append(asyncio.create_task(self._settle_sent(window, sent, deliveries)))
-            for task in settling:
-                await task  # a failure stops the worker (through the tick that waits for this window)
         finally:
             window.closing = True
+            # Open until its timers are deleted: the tick of its second waits for that (Windows.done).
+            settled = await asyncio.gather(*settling, return_exceptions=True)
             self._windows.close(window)
+        for outcome in settled:
+            if isinstance(outcome, BaseException):
+                raise outcome  # to Windows' on_failure: the worker stops
 
     async def _settle_sent(
         self, window: Window, sent: list[tuple[Callback, int]], deliveries: Deliveries
     ) -> None:
-        """Once their delivery reports are in, record a window's sent timers and delete them."""
+        """Once their delivery reports are in, record a window's sent timers and delete them.
+
+        A failure stops the worker at once (:meth:`_fatal`), before the window sends on.
+        """
         partition = window.partition
-        await self._writer.delivered(deliveries)
-        async with self._lock:
-            if not self._owns(partition):
-                return  # the new owner re-sends them: at least once
-            outcome = self.dispatch.settle([c for c, _ in sent], deliveries, [f for _, f in sent])
-            await self.dispatch.deliver_dead_letters(outcome)
-            part = _Changes()
-            for i in outcome.done:
-                key = sent[i][0].key
-                if key not in window.removed:
-                    part.records.append((key, None))
-                    part.pending_delta -= 1
-            # Transient failures stay in the table: the next tick's scan retries them.
-            await self._commit({partition: part})
+        try:
+            await self._writer.delivered(deliveries)
+            async with self._lock:
+                if window.revoked or not self._owns(partition):
+                    return  # the new owner re-sends them: at least once
+                outcome = self.dispatch.settle([c for c, _ in sent], deliveries, [f for _, f in sent])
+                await self.dispatch.deliver_dead_letters(outcome)
+                part = _Changes()
+                for i in outcome.done:
+                    key = sent[i][0].key
+                    if key not in window.removed:
+                        part.records.append((key, None))
+                        part.pending_delta -= 1
+                # Transient failures stay in the table: the next tick's scan retries them.
+                await self._commit({partition: part})
+        except Exception as exc:
+            self._fatal(exc)
+            raise
 
     # -- table writes ----------------------------------------------------------
 

@@ -42,6 +42,10 @@ _TABLE_DIR = re.compile(r"partition-(\d+)\.db")
 OPEN_FOUND_AFTER_S = 0.25
 
 
+def _ignore(partitions: set[int]) -> None:
+    pass
+
+
 class TimerStore(SerializedStore):
     """Faust store backed by per-partition RocksDB timer tables."""
 
@@ -65,6 +69,8 @@ class TimerStore(SerializedStore):
         self._found_began = False
         #: Set at the assignment: :meth:`open_found` stops after the table it is opening.
         self._found_enough = False
+        #: Told the partitions :meth:`revoke` took away (the engine stops sending theirs).
+        self.on_revoked: Callable[[set[int]], None] = _ignore
 
     # -- what the engine uses -------------------------------------------------
 
@@ -184,6 +190,21 @@ class TimerStore(SerializedStore):
     def owns(self, partition: int) -> bool:
         """Whether this worker is assigned ``partition`` now (records of others are not ours to apply)."""
         return partition in self._owned
+
+    def revoke(self, revoked: Iterable[TP]) -> None:
+        """Partitions go elsewhere: from now on they are not ours, and :attr:`on_revoked` is told.
+
+        Called as soon as Faust reports a revocation (``PromptTableManager.on_partitions_revoked``),
+        before the group rejoins, so before a new owner can fire their timers. Without the
+        lock: the step in progress must not send on. Their tables stay open until the
+        assignment (:meth:`on_rebalance`), which may hand them straight back.
+        """
+        changelog = self.table.changelog_topic.topics
+        partitions = {tp.partition for tp in revoked if tp.topic in changelog} & self._owned
+        if partitions:
+            log.info("partitions %s revoked: nothing of them is sent from now on", sorted(partitions))
+            self._owned = self._owned - partitions
+            self.on_revoked(partitions)
 
     # -- Faust's recovery protocol -------------------------------------------
 

@@ -8,6 +8,8 @@ ingest, or in the broker) delays none of them. Timers accepted into an open wind
 after it opened join it (:meth:`Windows.offer`); a cancel or a new version takes its timer
 out (:meth:`Windows.cancel`, :meth:`Windows.withdraw`). Timers stay in the table until sent
 and deleted by their window (``TimerEngine._send_window``), so a crash re-sends them.
+A revoked partition's windows stop before their next timer (:meth:`Windows.revoke`), and a
+window's failure is reported at once (``on_failure``), never left in its task.
 A window holds its timers' callbacks ready to send (:mod:`futures.worker.callbacks`): built
 when it opens, a second ahead, not at each timer's millisecond.
 """
@@ -16,7 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import heapq
-from collections.abc import Callable, Coroutine, Mapping
+from collections.abc import Callable, Collection, Coroutine, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -45,6 +47,8 @@ class Window:
     removed: set[bytes] = field(default_factory=set)  # cancelled or replaced by ingest meanwhile
     #: Set once the window sent its last timer: a timer offered later is left to the tick's scan.
     closing: bool = False
+    #: Set when its partition is revoked: it sends, settles and deletes nothing more.
+    revoked: bool = False
     task: asyncio.Task[None] | None = None
     #: What the sending task is waiting on; an earlier timer offered meanwhile wakes it.
     waiter: asyncio.Future[None] | None = None
@@ -90,15 +94,20 @@ def _wake(waiter: asyncio.Future[None]) -> None:
 
 
 SendFn = Callable[[Window], Coroutine[Any, Any, None]]
+FailFn = Callable[[BaseException], None]
 
 
 class Windows:
     """The open windows, by partition and second."""
 
-    def __init__(self, max_timers: int = 20_000) -> None:
+    def __init__(self, max_timers: int, on_failure: FailFn) -> None:
         self._open: dict[tuple[int, int], Window] = {}
         #: Timers a window takes at most (``TIMERS_FIRE_CHUNK_SIZE``): the rest wait for a tick's scan.
         self.max_timers = max_timers
+        #: Told of a window whose sending failed (its durable writes failed: the worker must stop).
+        self._on_failure = on_failure
+        #: Every window's task until it ends, revoked ones included: the loop keeps only weak references.
+        self._tasks: set[asyncio.Task[None]] = set()
 
     def __bool__(self) -> bool:
         return bool(self._open)
@@ -106,28 +115,57 @@ class Windows:
     def is_open(self, partition: int, second: int) -> bool:
         return (partition, second) in self._open
 
+    def partitions(self) -> set[int]:
+        """The partitions with an open window."""
+        return {partition for partition, _ in self._open}
+
     def open(self, partition: int, second: int, items: list[Item], send: SendFn) -> None:
         """Run ``send(window)`` for the timers ``items``; it must call :meth:`close` when done."""
         window = Window(partition, second)
         for item in items:
             window.add(item)
         self._open[(partition, second)] = window
-        window.task = asyncio.get_running_loop().create_task(send(window))
+        task = window.task = asyncio.get_running_loop().create_task(send(window))
+        self._tasks.add(task)
+        task.add_done_callback(self._ended)
+
+    def _ended(self, task: asyncio.Task[None]) -> None:
+        self._tasks.discard(task)
+        if not task.cancelled() and (exc := task.exception()) is not None:
+            self._on_failure(exc)
 
     def close(self, window: Window) -> None:
         if self._open.get((window.partition, window.second)) is window:
             del self._open[(window.partition, window.second)]
 
+    def revoke(self, partitions: Collection[int]) -> None:
+        """Stop the windows of ``partitions`` before their next timer.
+
+        They leave the open windows at once (a tick no longer waits for them, a cancel or a
+        new version no longer looks at them) and wake to end: what they did not settle
+        stays in the table, for the partition's new owner. A settle already writing
+        when this is called completes (it holds the engine lock).
+        """
+        for key, window in list(self._open.items()):
+            if window.partition in partitions:
+                del self._open[key]
+                window.revoked = window.closing = True
+                if window.waiter is not None:
+                    _wake(window.waiter)
+
     async def done(self, seconds: Mapping[int, int]) -> None:
         """Wait until the windows of each partition up to its second in ``seconds`` have sent
-        and deleted their timers (the tick's scan must not find them)."""
+        and deleted their timers (the tick's scan must not find them).
+
+        A window that failed does not raise here: its failure went to ``on_failure``.
+        """
         waiting = [
             window.task
             for (partition, second), window in list(self._open.items())
             if second <= seconds.get(partition, -1) and window.task is not None
         ]
-        for task in waiting:
-            await asyncio.shield(task)
+        if waiting:
+            await asyncio.wait(waiting)  # not cancelled with the caller: they stop on revocation
 
     def offer(self, partition: int, due_ms: int, key: bytes, stored: bytes) -> None:
         """A timer just accepted into the table (``stored``: its ``StoredTimer`` bytes): its window

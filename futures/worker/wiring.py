@@ -6,6 +6,7 @@ without importing Faust (about a second).
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 import faust
@@ -45,6 +46,14 @@ def build(config: WorkerConfig, partitions: int) -> tuple[faust.App, TimerEngine
     producer = Producer(producer_config(config.common.kafka, config.max_record_bytes))
     writer = KafkaWriter(producer, config.max_record_bytes)
     callback_topics = CallbackTopics.of_producer(producer)
+    crashing: set[asyncio.Task[None]] = set()
+
+    def crash(exc: BaseException) -> None:
+        # A precise window's durable writes failed (logged by the engine): stop, as a failed tick does.
+        task = asyncio.ensure_future(timers.app.crash(exc))
+        crashing.add(task)
+        task.add_done_callback(crashing.discard)
+
     engine = TimerEngine(
         config,
         store.partition,
@@ -55,7 +64,9 @@ def build(config: WorkerConfig, partitions: int) -> tuple[faust.App, TimerEngine
         gaps=KafkaGapReader(config.common.kafka),
         callback_topics=callback_topics,
         frontier=ConsumerFrontier(timers.app),
+        on_fatal=crash,
     )
+    store.on_revoked = engine.revoke
     register_agents(timers.app, engine, config)
     register_views(timers.app, metrics, store, config, engine.status, writer)
 

@@ -904,3 +904,22 @@ def test_an_inherited_clock_ahead_of_this_workers_fires_nothing_early(rig):
     assert rig.fired() == ["past", "soon"]
     callback = rig.callbacks()[-1]
     assert int(callback.header("kt-fired-ms") or b"0") >= T_MS + 2000
+
+
+def test_a_partition_revoked_while_its_second_fires_sends_nothing_more(make_rig):
+    rig = make_rig(fire_chunk_size=300)
+    rig.ingest(*(rig.request(f"h{i:04d}", T_MS - 900 + i % 800) for i in range(3000)))
+    sent_at_revocation: list[int] = []
+
+    def revoke_midway(topic: str) -> None:
+        if topic == "orders" and not sent_at_revocation and len(rig.callbacks()) >= 500:
+            rig.owned = {1, 2, 3}
+            rig.engine.revoke([0])
+            sent_at_revocation.append(len(rig.callbacks()))
+
+    rig.producer.fail = revoke_midway
+    rig.tick(T)
+    [sent] = sent_at_revocation
+    # What was on its way still goes (at least once: the new owner fires it again); no more.
+    assert len(rig.callbacks()) <= sent + 300
+    assert len(rig.fired()) < 3000

@@ -83,3 +83,24 @@ def test_an_assignment_before_the_found_tables_are_opened_opens_them_when_used(t
     asyncio.run(restart())
     assert {p: t.request_offset for p, t in after.open_partitions().items()} == {0: 40}
     asyncio.run(after.stop())
+
+
+def test_a_revocation_takes_partitions_away_as_faust_reports_it(tmp_path: Path) -> None:
+    # First thing of Faust's revocation, before the group rejoins: from then on nothing of them
+    # is applied or sent here, though their tables stay open until the assignment.
+    config = WorkerConfig.from_env(
+        {"KAFKA_BOOTSTRAP_SERVERS": "127.0.0.1:1", "TIMERS_DATA_DIR": str(tmp_path), "TIMERS_APP_ID": "t"}
+    )
+    timers = create_app(config, partitions=4)
+    store = timers.store
+    changelog, request = config.changelog_topic, config.common.topics.request
+    assigned = {TP(changelog, 0), TP(changelog, 1), TP(request, 0), TP(request, 1)}
+    asyncio.run(store.on_rebalance(assigned, set(), assigned))
+    told: list[set[int]] = []
+    store.on_revoked = told.append
+
+    timers.app.tables.on_partitions_revoked({TP(changelog, 1), TP(request, 1)})
+
+    assert told == [{1}]
+    assert (store.owns(0), store.owns(1)) == (True, False)
+    asyncio.run(store.stop())
