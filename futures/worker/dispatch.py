@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import functools
 import logging
+from collections import OrderedDict
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 
@@ -28,7 +29,7 @@ from confluent_kafka import KafkaError, KafkaException
 from futures.ingress.records import SourceRecord
 from futures.ingress.requests import seed_id
 from futures.worker.callbacks import Callback
-from futures.worker.destinations import TopicDirectory
+from futures.worker.destinations import MAX_TOPICS, TopicDirectory
 from futures.worker.kafka import Deliveries, KafkaWriter, is_permanent
 from futures.worker.metrics import WorkerMetrics
 from futures.worker.status import Firing, WorkerStatus
@@ -97,7 +98,9 @@ class Dispatcher:
         self._clock = clock
         # Which callback topics exist, so a missing one never stalls a flush (futures/worker/destinations.py).
         self._callback_topics = callback_topics
-        self._expected: set[str] = set()  # callback topics of accepted timers, looked up ahead
+        # Callback topics of accepted timers, looked up ahead; the oldest beyond MAX_TOPICS are
+        # forgotten (a forgotten topic is handed to the directory again with its next timer).
+        self._expected: OrderedDict[str, None] = OrderedDict()
         self._side = Deliveries()  # events and dead letters since the last take_side()
         # Events not yet produced, by `timer-request` partition, in order (see produce_events).
         self._events: dict[int, TimerEventBatch] = {}
@@ -287,8 +290,11 @@ class Dispatcher:
         topic seen for the first time is looked up now, not when its first timer fires
         (which would then wait for the next tick).
         """
-        if callback_topic not in self._expected:
-            self._expected.add(callback_topic)
+        expected = self._expected
+        if callback_topic not in expected:
+            if len(expected) >= MAX_TOPICS:
+                expected.popitem(last=False)
+            expected[callback_topic] = None
             self._callback_topics.problem(callback_topic)
         self._batch(partition).events.add(
             id=timer_id,

@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import time
+import uuid
 
 import pytest
 from confluent_kafka import Producer
+from confluent_kafka.admin import AdminClient
 
 from futures.worker.table import PartitionTimers
 from ktimers.wire import (
+    H_ERROR,
     H_REASON,
     H_SOURCE_OFFSET,
     H_SOURCE_PARTITION,
@@ -83,3 +86,27 @@ def test_a_timer_due_in_400_days_is_held(running: Stack) -> None:
         held += [(t.timer_id, t.due_ms) for t in table.iter_pending()]
         table.close()
     assert held == [(handle.id, handle.due_ms)]
+
+
+def test_a_timer_to_a_topic_that_does_not_exist_is_dead_lettered_and_the_topic_never_created(
+    running: Stack,
+) -> None:
+    # The embedded broker creates a topic whenever metadata names it, as Kafka does by default.
+    reader = running.callback_topic("exists")
+    missing = [f"cb-missing-{n}-{uuid.uuid4().hex[:6]}" for n in range(3)]  # admitted by the allow-list
+    with running.client() as client:
+        lost = {client.schedule(topic, "k", b"nowhere", delay=1.0).id: topic for topic in missing}
+        client.schedule(reader.topic, "k", b"here", delay=1.0)
+    dlq = running.reader(running.common.topics.dlq)
+    letters = dlq.read_until(lambda r: len(r) >= len(lost), timeout_s=20)
+    assert {(d.key or b"").decode(): header_value(d.headers, H_REASON) for d in letters} == {
+        timer_id: b"callback-undeliverable" for timer_id in lost
+    }
+    for letter in letters:
+        topic = lost[(letter.key or b"").decode()]
+        assert (header_value(letter.headers, H_ERROR) or b"").startswith(topic.encode())
+        assert Future.FromString(letter.value or b"").callBackTopic == topic  # resendable as it was
+    assert [c.value for c in reader.read_until(lambda r: len(r) >= 1, timeout_s=10)] == [b"here"]
+    admin = AdminClient({"bootstrap.servers": running.bootstrap})
+    topics = admin.list_topics(timeout=5).topics  # every topic: a listing creates none
+    assert not set(missing) & set(topics), "the worker created a callback topic a request named"
