@@ -69,7 +69,19 @@ WORKER_ENV: tuple[EnvVar, ...] = (
         "timers sent, not yet deleted (three overlapping pieces); bounds duplicates after a crash",
     ),
     EnvVar("TIMERS_PRECISE", "0", "1: send each timer at its own millisecond instead of at the next tick"),
-    EnvVar("TIMERS_ADMIN_TOKEN", f"{NO_DEFAULT} (read-only)", "admin API bearer token, 16+ characters"),
+    EnvVar(
+        "TIMERS_ADMIN_TOKEN",
+        f"{NO_DEFAULT} (no cancel)",
+        "admin API bearer token: reads timers, cancels and reschedules; 16+ characters",
+    ),
+    EnvVar(
+        "TIMERS_ADMIN_READ_TOKEN",
+        f"{NO_DEFAULT} (admin token only)",
+        "admin API bearer token that only reads timers (list, search, one timer, firings); 16+ characters",
+    ),
+    EnvVar(
+        "TIMERS_ADMIN_OPEN_READS", "0", "1: timers are read without a token by whoever reaches the web port"
+    ),
     EnvVar("TIMERS_ADMIN_STALL_AFTER_S", "5", "a partition's clock this far behind shows red, seconds"),
     EnvVar("TIMERS_INSTANCE_ID", f"{NO_DEFAULT} (dynamic membership)", "static member name: the pod name"),
     EnvVar("TIMERS_SESSION_TIMEOUT_S", "6 (embedded: 6)", "consumer group session timeout, seconds"),
@@ -129,6 +141,11 @@ class WorkerConfig:
     #: Bearer token the admin API's mutating calls (cancel, reschedule) require;
     #: None disables them (the admin API and page are then read-only).
     admin_token: Secret | None = None
+    #: Bearer token that reads timers (ids, callbacks, payloads on request) but cannot
+    #: change them; the admin token reads too. None: only the admin token reads.
+    admin_read_token: Secret | None = None
+    #: Timer reads need no token: for a web port nobody else reaches (127.0.0.1).
+    admin_open_reads: bool = False
     #: The admin page shows a partition red when its clock (watermark) is this many
     #: seconds behind the worker's clock.
     admin_stall_after_s: float = 5.0
@@ -168,6 +185,10 @@ class WorkerConfig:
             fire_chunk_size=env_int(env, "TIMERS_FIRE_CHUNK_SIZE", cls.fire_chunk_size),
             precise=env_bool(env, "TIMERS_PRECISE", cls.precise),
             admin_token=Secret(token) if (token := env.get("TIMERS_ADMIN_TOKEN", "").strip()) else None,
+            admin_read_token=Secret(read)
+            if (read := env.get("TIMERS_ADMIN_READ_TOKEN", "").strip())
+            else None,
+            admin_open_reads=env_bool(env, "TIMERS_ADMIN_OPEN_READS", cls.admin_open_reads),
             admin_stall_after_s=env_float(env, "TIMERS_ADMIN_STALL_AFTER_S", cls.admin_stall_after_s),
             instance_id=env.get("TIMERS_INSTANCE_ID", "").strip() or None,
             session_timeout_s=_optional_float(env, "TIMERS_SESSION_TIMEOUT_S"),
@@ -194,6 +215,13 @@ class WorkerConfig:
             raise ConfigError("TIMERS_INGEST_BATCH_SIZE and TIMERS_FIRE_CHUNK_SIZE must be >= 1")
         if self.admin_token is not None and len(self.admin_token.get_secret_value()) < 16:
             raise ConfigError("TIMERS_ADMIN_TOKEN is too short: use at least 16 random characters")
+        read = self.admin_read_token.get_secret_value() if self.admin_read_token else None
+        if read is not None and len(read) < 16:
+            raise ConfigError("TIMERS_ADMIN_READ_TOKEN is too short: use at least 16 random characters")
+        if read is not None and self.admin_token is not None and read == self.admin_token.get_secret_value():
+            raise ConfigError(
+                "TIMERS_ADMIN_READ_TOKEN equals TIMERS_ADMIN_TOKEN: its holders could cancel; use another"
+            )
         if self.admin_stall_after_s <= 0:
             raise ConfigError("TIMERS_ADMIN_STALL_AFTER_S must be > 0")
         if self.instance_id is not None and not re.fullmatch(r"[a-zA-Z0-9._-]{1,249}", self.instance_id):

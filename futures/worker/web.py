@@ -1,10 +1,17 @@
-"""HTTP endpoints on the Faust web server: metrics, health, and the admin API and page."""
+"""HTTP endpoints on the Faust web server: metrics, health, and the admin API and page.
+
+The worker serves these and nothing else (docs/admin.md lists every route and who
+may call it). Faust's own views — ``/router/`` (partition assignment, every
+worker's URL), ``/table/`` (table contents by key), ``/`` and the debug ones —
+are never registered.
+"""
 
 from __future__ import annotations
 
 from typing import Any
 
 import faust
+from faust.web.base import BlueprintManager
 from prometheus_client import CONTENT_TYPE_LATEST
 
 from futures.worker.admin.actions import TimerActions
@@ -27,6 +34,7 @@ def register_views(
     """``/metrics`` (Prometheus), ``/healthz`` (liveness: the event loop answers),
     ``/readyz`` (readiness: partitions assigned and their tables recovered), and the
     admin API (``/api/...``) and page (``/admin/``), see :mod:`futures.worker.admin`."""
+    without_builtin_views(app)
 
     @app.page("/metrics")
     async def metrics_view(web: Any, request: Any) -> Any:
@@ -45,3 +53,16 @@ def register_views(
 
     # The admin API's cancel/reschedule requests go out on the worker's own producer.
     register_admin(app, config, store, status, TimerActions(config.common, writer))
+
+
+def without_builtin_views(app: faust.App) -> None:
+    """Keep Faust from registering its own views when the web server starts.
+
+    Faust applies the blueprints of ``app.web.blueprints`` (its router, table and
+    index views, and the debug ones its settings switch on) in ``init_server``,
+    after our views are added. An empty manager there means none of them is ever
+    routed: each of their paths is a plain 404, not a view of ours in their way.
+    """
+    if app.web.blueprints.applied:
+        raise RuntimeError("the web server has started: Faust's own views are already routed")
+    app.web.blueprints = BlueprintManager()

@@ -53,7 +53,23 @@ PRODUCTION: dict[str, Any] = {
         "zoneSpread": {"enabled": True},
         "persistence": {"size": "50Gi", "storageClassName": "gp3"},
         "extraEnv": [{"name": "TZ", "value": "UTC"}],
-        "admin": {"tokenSecret": "kafka-timers-admin"},
+        "admin": {"tokenSecret": "kafka-timers-admin", "readTokenSecret": "kafka-timers-admin"},
+        "networkPolicy": {
+            "enabled": True,
+            "scrapeFrom": [
+                {
+                    "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "monitoring"}},
+                    "podSelector": {"matchLabels": {"app.kubernetes.io/name": "prometheus"}},
+                }
+            ],
+            "adminFrom": [
+                {
+                    "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "ops"}},
+                    "podSelector": {"matchLabels": {"app": "timers-admin"}},
+                },
+                {"ipBlock": {"cidr": "10.20.0.0/16", "except": ["10.20.99.0/24"]}},
+            ],
+        },
     },
     "metrics": {
         "serviceMonitor": {"enabled": True, "labels": {"release": "kube-prometheus-stack"}},

@@ -65,6 +65,7 @@ def test_values_reach_the_worker_exactly(render: RenderFn) -> None:
     assert config.common.topics.partitions == 24
     assert [(name, fmt.value) for name, fmt in config.common.topics.ingress] == [("schedules", "etf1")]
     assert config.admin_token is not None  # read from the Secret (stubbed here)
+    assert config.admin_read_token is not None
     # The topic Job creates and checks the ingress topic along with the others.
     (topics,) = containers(rendered.one("Job", "-topics"))
     assert CommonConfig.from_env(container_env(rendered, topics)).topics == config.common.topics

@@ -50,6 +50,7 @@ def test_default_install_has_every_component(render: RenderFn) -> None:
         "ConfigMap",
         "Deployment",
         "Job",
+        "NetworkPolicy",
         "Pod",
         "PodDisruptionBudget",
         "Service",

@@ -35,6 +35,14 @@ PASS_THROUGH = {"podSecurityContext", "securityContext", "resources"}
         ({"oscillator": {"staleAfterSeconds": 1}}, "/oscillator/staleAfterSeconds"),
         ({"metrics": {"prometheusRule": {"watermarkLag": {"for": "5 minutes"}}}}, "/metrics/prometheusRule"),
         ({"worker": {"replica": 3}}, "'replica' not allowed"),
+        (
+            {"worker": {"networkPolicy": {"adminFrom": [{"podSelecter": {}}]}}},
+            "/worker/networkPolicy/adminFrom",
+        ),
+        (
+            {"worker": {"networkPolicy": {"scrapeFrom": {"app": "prometheus"}}}},
+            "/worker/networkPolicy/scrapeFrom",
+        ),
     ],
 )
 def test_schema_rejects_bad_values(values: dict[str, Any], where: str) -> None:

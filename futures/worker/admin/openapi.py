@@ -9,6 +9,7 @@ from __future__ import annotations
 from typing import Any
 
 from futures.worker.admin.params import DEFAULT_LIMIT, MAX_DELAY_S, MAX_DUE_MS, MAX_LIMIT
+from futures.worker.admin.queries import PAYLOAD_PREVIEW_BYTES
 
 Json = dict[str, Any]
 
@@ -38,9 +39,20 @@ _NULLABLE_MS = {**_MS, "nullable": True}
 _LIMIT = _query(
     "limit", "Page size", {"type": "integer", "minimum": 1, "maximum": MAX_LIMIT, "default": DEFAULT_LIMIT}
 )
+_READ_SECURITY: Json = {"security": [{"bearer": []}]}
+_READ_ERRORS = {
+    "401": _json("Missing or wrong bearer token", _ref("Error")),
+    "403": _json(
+        "Timer reads disabled: neither TIMERS_ADMIN_READ_TOKEN nor TIMERS_ADMIN_TOKEN is set on this worker",
+        _ref("Error"),
+    ),
+}
 _MUTATION_ERRORS = {
     "401": _json("Missing or wrong bearer token", _ref("Error")),
-    "403": _json("Mutations disabled: TIMERS_ADMIN_TOKEN is not set on this worker", _ref("Error")),
+    "403": _json(
+        "Mutations disabled (TIMERS_ADMIN_TOKEN is not set on this worker), or the token only reads",
+        _ref("Error"),
+    ),
     "404": _json("Not pending in the partitions this worker holds", _ref("NotHere")),
     "503": _json("Kafka did not acknowledge the request", _ref("Error")),
 }
@@ -75,7 +87,9 @@ def _paths() -> Json:
             "get": {
                 "summary": "Pending timers due in [from_ms, to_ms), earliest first, one page at a time",
                 "description": "A range scan over the table's due-time order, never a full scan. Covers the "
-                "partitions this worker holds; `elsewhere` names the workers holding the others.",
+                "partitions this worker holds; `elsewhere` names the workers holding the others. "
+                "Shows payload sizes, never payloads.",
+                **_READ_SECURITY,
                 "parameters": [
                     _query("from_ms", "Earliest due time, epoch ms (inclusive)", {**_MS, "default": 0}),
                     _query("to_ms", "Latest due time, epoch ms (exclusive)", {**_MS, "default": MAX_DUE_MS}),
@@ -101,6 +115,7 @@ def _paths() -> Json:
                         },
                     ),
                     "400": _ERROR,
+                    **_READ_ERRORS,
                     "404": _json("The partition is held by another worker (`held_by`)", _ref("Error")),
                 },
             }
@@ -108,10 +123,20 @@ def _paths() -> Json:
         "/api/timers/{timer_id}": {
             "get": {
                 "summary": "One pending timer by id",
-                "parameters": [_ID],
+                "description": "Its payload and header values only with `payload=1`.",
+                **_READ_SECURITY,
+                "parameters": [
+                    _ID,
+                    _query(
+                        "payload",
+                        f"1: include the payload (its first {PAYLOAD_PREVIEW_BYTES} bytes) and header values",
+                        {"type": "integer", "enum": [0, 1], "default": 0},
+                    ),
+                ],
                 "responses": {
                     "200": _json("The timer", _ref("TimerDetail")),
                     "400": _ERROR,
+                    **_READ_ERRORS,
                     "404": _json("Not pending in the partitions this worker holds", _ref("NotHere")),
                 },
             }
@@ -165,6 +190,7 @@ def _paths() -> Json:
         "/api/firings": {
             "get": {
                 "summary": "Recent firings with their lateness, newest first (kept in memory, bounded)",
+                **_READ_SECURITY,
                 "parameters": [_LIMIT],
                 "responses": {
                     "200": _json(
@@ -175,6 +201,7 @@ def _paths() -> Json:
                         },
                     ),
                     "400": _ERROR,
+                    **_READ_ERRORS,
                 },
             }
         },
@@ -229,13 +256,25 @@ def _schemas() -> Json:
             "type": "object",
             "properties": {
                 **summary,
-                "payload": {"type": "string", "description": "First 4096 bytes of the callback value"},
+                "payload_shown": {"type": "boolean", "description": "asked for with `payload=1`"},
+                "payload": {
+                    "type": "string",
+                    "description": f"With `payload=1` only: the first {PAYLOAD_PREVIEW_BYTES} bytes of the "
+                    "callback value",
+                },
                 "payload_encoding": {"type": "string", "enum": ["utf-8", "base64"]},
                 "payload_truncated": {"type": "boolean"},
                 "has_token": {"type": "boolean"},
                 "headers": {
                     "type": "array",
-                    "items": {"type": "object", "properties": {"key": string, "value": string}},
+                    "items": {
+                        "type": "object",
+                        "properties": {
+                            "key": string,
+                            "value_bytes": integer,
+                            "value": {**string, "description": "With `payload=1` only"},
+                        },
+                    },
                 },
                 "source_partition": integer,
                 "source_offset": integer,
@@ -293,6 +332,12 @@ def _schemas() -> Json:
             "properties": {
                 "worker": {**string, "description": "this worker's web URL"},
                 "ready": {"type": "boolean", "description": "assigned partitions recovered"},
+                "timer_reads": {
+                    "type": "string",
+                    "enum": ["token", "open", "disabled"],
+                    "description": "how timers are read here: with a bearer token, without one "
+                    "(TIMERS_ADMIN_OPEN_READS), or not at all (no token configured)",
+                },
                 "mutations_enabled": {"type": "boolean"},
                 "now_ms": integer,
                 "pending": integer,
@@ -336,10 +381,11 @@ def spec() -> Json:
         "info": {
             "title": "kafka-timers worker admin API",
             "version": "1",
-            "description": "Served by each futures worker for the partitions it holds. Reads are open to "
-            "whoever reaches the port (127.0.0.1 unless TIMERS_WEB_HOST says otherwise); cancel and "
-            "reschedule need `Authorization: Bearer <TIMERS_ADMIN_TOKEN>`. Times: epoch ms (`*_ms`) "
-            "or seconds (`*_s`).",
+            "description": "Served by each futures worker for the partitions it holds. Counts and clocks "
+            "(stats, partitions, timeline) answer whoever reaches the port, like /metrics. Timers "
+            "themselves (list, one timer, firings) need `Authorization: Bearer <token>` with "
+            "TIMERS_ADMIN_READ_TOKEN or TIMERS_ADMIN_TOKEN (unless TIMERS_ADMIN_OPEN_READS=1); "
+            "cancel and reschedule need TIMERS_ADMIN_TOKEN. Times: epoch ms (`*_ms`) or seconds (`*_s`).",
         },
         "paths": _paths(),
         "components": {

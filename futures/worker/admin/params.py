@@ -71,6 +71,16 @@ def partition(query: Mapping[str, str], partitions: int) -> int | None:
     return int(raw)
 
 
+def flag(query: Mapping[str, str], name: str) -> bool:
+    """A yes/no query parameter: ``1``/``true`` or ``0``/``false``; absent or empty is no."""
+    raw = query.get(name) or "0"
+    if raw.lower() in ("1", "true"):
+        return True
+    if raw.lower() in ("0", "false"):
+        return False
+    raise ApiError(400, f"{name}={raw!r}: expected 1 or 0 (true or false)")
+
+
 def choice(query: Mapping[str, str], name: str, choices: tuple[str, ...]) -> str:
     """One of ``choices``; the first is the default."""
     raw = query.get(name) or choices[0]

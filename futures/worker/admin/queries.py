@@ -79,25 +79,36 @@ def summary_json(located: Located) -> Json:
     }
 
 
-def detail_json(located: Located) -> Json:
+def detail_json(located: Located, with_payload: bool = False) -> Json:
+    """One timer. Its payload and header values are what its user put in it, often personal
+    data: they are in the answer only ``with_payload`` (the payload's first
+    PAYLOAD_PREVIEW_BYTES), and otherwise only their sizes are."""
     stored = located.timer
     future = stored.future
+    detail: Json = {
+        **summary_json(located),
+        # The token is a receiver's secret; whether there is one is enough here.
+        "has_token": bool(future.token),
+        "headers": [{"key": h.key, "value_bytes": len(h.value)} for h in future.headers],
+        "source_partition": stored.source_partition,
+        "source_offset": stored.source_offset,
+        "accepted_ms": stored.accepted_ms,
+        "payload_shown": with_payload,
+    }
+    if not with_payload:
+        return detail
     payload = future.callBack[:PAYLOAD_PREVIEW_BYTES]
     try:
         shown, encoding = payload.decode(), "utf-8"
     except UnicodeDecodeError:
         shown, encoding = base64.b64encode(payload).decode(), "base64"
+    for header, h in zip(detail["headers"], future.headers, strict=True):
+        header["value"] = text_or_repr(h.value)
     return {
-        **summary_json(located),
+        **detail,
         "payload": shown,
         "payload_encoding": encoding,
         "payload_truncated": len(future.callBack) > PAYLOAD_PREVIEW_BYTES,
-        # The token is a receiver's secret; whether there is one is enough here.
-        "has_token": bool(future.token),
-        "headers": [{"key": h.key, "value": text_or_repr(h.value)} for h in future.headers],
-        "source_partition": stored.source_partition,
-        "source_offset": stored.source_offset,
-        "accepted_ms": stored.accepted_ms,
     }
 
 

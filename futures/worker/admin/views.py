@@ -1,10 +1,18 @@
 """The admin API and page as Faust web views (aiohttp, on the worker's web port).
 
 Reads answer from the partitions this worker holds and name the worker holding
-the others (Faust's partition assignor knows every member's web URL). Mutations
-(cancel, reschedule) need ``Authorization: Bearer <TIMERS_ADMIN_TOKEN>``; without
-a configured token they are refused with 403. Every bad input is a 4xx JSON
-``{"error": ...}`` saying what to fix. See ``openapi.py`` for the contract.
+the others (Faust's partition assignor knows every member's web URL). Who may call
+what (docs/admin.md):
+
+- counts and clocks (``/api/stats``, ``/api/partitions``, ``/api/timeline``), the
+  spec and the page's files: whoever reaches the port, like ``/metrics``;
+- timers themselves (``/api/timers``, ``/api/timers/{id}``, ``/api/firings``): a
+  bearer token, TIMERS_ADMIN_READ_TOKEN or TIMERS_ADMIN_TOKEN, unless
+  TIMERS_ADMIN_OPEN_READS opens them; with neither token set they are refused (403);
+- cancel and reschedule: ``Authorization: Bearer <TIMERS_ADMIN_TOKEN>`` only.
+
+Every bad input is a 4xx JSON ``{"error": ...}`` saying what to fix. See
+``openapi.py`` for the contract.
 """
 
 from __future__ import annotations
@@ -27,6 +35,7 @@ from futures.worker.admin.queries import Holding, Json
 from futures.worker.config import WorkerConfig
 from futures.worker.status import WorkerStatus
 from futures.worker.store import TimerStore
+from ktimers.config import Secret
 from ktimers.errors import TimersError
 
 log = logging.getLogger(__name__)
@@ -43,6 +52,28 @@ PAGE_HEADERS = {
 _STATIC = {"app.js": "application/javascript", "style.css": "text/css", "favicon.svg": "image/svg+xml"}
 
 Result = tuple[int, Any]
+
+READS_DISABLED = (
+    "reading timers is disabled on this worker: set TIMERS_ADMIN_READ_TOKEN (reads only) or "
+    "TIMERS_ADMIN_TOKEN (reads, cancel and reschedule), 16+ random characters, in its environment and "
+    "restart it; or TIMERS_ADMIN_OPEN_READS=1 to let whoever reaches this port read them without a token"
+)
+MUTATIONS_DISABLED = (
+    "cancel and reschedule are disabled on this worker: "
+    "set TIMERS_ADMIN_TOKEN (16+ random characters) in its environment and restart it"
+)
+
+
+def _bearer(authorization: str | None) -> bytes | None:
+    """The token of an ``Authorization: Bearer <token>`` header; None for any other header."""
+    scheme, _, given = (authorization or "").partition(" ")
+    return given.strip().encode() if scheme.lower() == "bearer" else None
+
+
+def _is(given: bytes | None, token: Secret | None) -> bool:
+    if given is None or token is None:
+        return False
+    return hmac.compare_digest(given, token.get_secret_value().encode())
 
 
 @dataclass
@@ -97,8 +128,17 @@ class AdminApi:
             "worker": str(self.app.conf.canonical_url),
             "ready": self.store.ready,
             **queries.stats_json(self.holding(), self.status, self.config.admin_stall_after_s),
+            "timer_reads": self.timer_reads,
             "mutations_enabled": self.config.admin_token is not None,
         }
+
+    @property
+    def timer_reads(self) -> str:
+        """How timers are read here: ``open``, with a ``token``, or ``disabled`` (no token set)."""
+        if self.config.admin_open_reads:
+            return "open"
+        configured = self.config.admin_token or self.config.admin_read_token
+        return "token" if configured else "disabled"
 
     def partitions(self) -> Json:
         holding = self.holding()
@@ -107,8 +147,9 @@ class AdminApi:
             "elsewhere": holding.elsewhere_json(),
         }
 
-    def timer(self, raw_id: str) -> Json:
-        return queries.detail_json(self._find(self.holding(), raw_id))
+    def timer(self, raw_id: str, query: dict[str, str]) -> Json:
+        with_payload = params.flag(query, "payload")
+        return queries.detail_json(self._find(self.holding(), raw_id), with_payload)
 
     def timers(self, query: dict[str, str]) -> Json:
         holding = self.holding()
@@ -145,22 +186,40 @@ class AdminApi:
         window = params.choice(query, "window", tuple(queries.TIMELINE_WINDOWS))
         return queries.timeline_json(self.holding().tables, self.status.now_ms(), window)
 
-    # -- mutations ---------------------------------------------------------------
+    # -- who may -----------------------------------------------------------------
+
+    def authorize_read(self, authorization: str | None) -> None:
+        """Refuse a read of timers unless reads are open or the header carries a token that reads."""
+        reads = self.timer_reads
+        if reads == "open":
+            return
+        if reads == "disabled":
+            raise ApiError(403, READS_DISABLED)
+        given = _bearer(authorization)
+        # Both compared, whichever matches: the time taken does not say which token it was.
+        admin, reader = _is(given, self.config.admin_token), _is(given, self.config.admin_read_token)
+        if not (admin or reader):
+            raise ApiError(
+                401,
+                "missing or wrong token: send the header 'Authorization: Bearer <token>' with "
+                "TIMERS_ADMIN_READ_TOKEN or TIMERS_ADMIN_TOKEN",
+            )
 
     def authorize(self, authorization: str | None) -> None:
-        token = self.config.admin_token
-        if token is None:
-            raise ApiError(
-                403,
-                "cancel and reschedule are disabled on this worker: "
-                "set TIMERS_ADMIN_TOKEN (16+ random characters) in its environment and restart it",
-            )
-        scheme, _, given = (authorization or "").partition(" ")
-        expected = token.get_secret_value().encode()
-        if scheme.lower() != "bearer" or not hmac.compare_digest(given.strip().encode(), expected):
-            raise ApiError(
-                401, "missing or wrong token: send the header 'Authorization: Bearer <TIMERS_ADMIN_TOKEN>'"
-            )
+        """Refuse a mutation unless the header carries the admin token."""
+        if self.config.admin_token is None:
+            raise ApiError(403, MUTATIONS_DISABLED)
+        given = _bearer(authorization)
+        admin, reader = _is(given, self.config.admin_token), _is(given, self.config.admin_read_token)
+        if admin:
+            return
+        if reader:
+            raise ApiError(403, "this token only reads: cancel and reschedule need TIMERS_ADMIN_TOKEN")
+        raise ApiError(
+            401, "missing or wrong token: send the header 'Authorization: Bearer <TIMERS_ADMIN_TOKEN>'"
+        )
+
+    # -- mutations ---------------------------------------------------------------
 
     async def cancel(self, raw_id: str) -> Json:
         located = self._find(self.holding(), raw_id)
@@ -233,12 +292,15 @@ def register_admin(
     api = AdminApi(app, config, store, status, actions)
     spec = openapi.spec()
 
-    def read(path: str, answer: Callable[[Any, dict[str, str]], Json]) -> None:
-        """A GET view answering ``answer(request, path parameters)``."""
+    def read(path: str, answer: Callable[[Any, dict[str, str]], Json], timers: bool = False) -> None:
+        """A GET view answering ``answer(request, path parameters)``; ``timers``: it shows
+        timers themselves, so it takes a token that reads (see ``AdminApi.authorize_read``)."""
 
         class Read(View):
             async def get(self, request: Any, **match: str) -> Any:
                 async def run() -> Result:
+                    if timers:
+                        api.authorize_read(request.headers.get("Authorization"))
                     return 200, answer(request, match)
 
                 return await _answer(self.web, run)
@@ -248,10 +310,14 @@ def register_admin(
     read("/api/openapi.json", lambda request, match: spec)
     read("/api/stats", lambda request, match: api.stats())
     read("/api/partitions", lambda request, match: api.partitions())
-    read("/api/timers", lambda request, match: api.timers(_query(request)))
-    read("/api/timers/{timer_id}", lambda request, match: api.timer(match["timer_id"]))
-    read("/api/firings", lambda request, match: api.firings(_query(request)))
     read("/api/timeline", lambda request, match: api.timeline(_query(request)))
+    read("/api/timers", lambda request, match: api.timers(_query(request)), timers=True)
+    read(
+        "/api/timers/{timer_id}",
+        lambda request, match: api.timer(match["timer_id"], _query(request)),
+        timers=True,
+    )
+    read("/api/firings", lambda request, match: api.firings(_query(request)), timers=True)
 
     @app.page("/api/timers/{timer_id}/cancel", name="admin_cancel")
     class Cancel(View):

@@ -58,8 +58,8 @@ class AdminHttp:
             parsed = raw.decode(errors="replace")
         return Reply(status, parsed, got)
 
-    def get(self, path: str) -> Reply:
-        return self.request("GET", path)
+    def get(self, path: str, token: str | None = ADMIN_TOKEN) -> Reply:
+        return self.request("GET", path, token=token)
 
     def post(self, path: str, payload: object = None, token: str | None = ADMIN_TOKEN) -> Reply:
         body = b"" if payload is None else json.dumps(payload).encode()

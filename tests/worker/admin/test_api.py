@@ -1,4 +1,4 @@
-"""The admin API on a running worker: list, page, find, cancel, reschedule, auth, bad input."""
+"""The admin API on a running worker: list, page, find, cancel, reschedule, auth, bad input, routes."""
 
 from __future__ import annotations
 
@@ -71,7 +71,9 @@ def test_lists_pages_and_finds_pending_timers(admin_stack: Stack, http: AdminHtt
     assert detail.status == 200
     assert detail.body["due_ms"] == start + 3000
     assert (detail.body["callback_topic"], detail.body["callback_key"]) == ("cb-admin", "k3")
-    assert (detail.body["payload"], detail.body["payload_encoding"]) == ("payload 3", "utf-8")
+    assert (detail.body["payload_bytes"], detail.body["payload_shown"]) == (len("payload 3"), False)
+    shown = http.get(path(ids[3]) + "?payload=1").body
+    assert (shown["payload"], shown["payload_encoding"]) == ("payload 3", "utf-8")
 
     partitions = http.get("/api/partitions").body["partitions"]
     assert [p["partition"] for p in partitions] == [0, 1, 2, 3]
@@ -148,6 +150,53 @@ def test_mutations_need_the_token(admin_stack: Stack, http: AdminHttp) -> None:
     time.sleep(1.0)
     assert http.get(path(timer_id)).status == 200  # still pending
     assert Kind.CANCELLED not in events_for(admin_stack, timer_id)
+
+
+def test_timers_are_read_only_with_the_token_and_payloads_never_logged(
+    admin_stack: Stack, http: AdminHttp
+) -> None:
+    start = far_window()
+    timer_id = f"private-{uuid.uuid4().hex[:8]}"
+    secret = f"national id {uuid.uuid4().hex}"
+    with admin_stack.client() as client:
+        client.schedule("cb-admin", "patient-9", secret, at=start / 1000, id=timer_id)
+    wait_for(lambda: http.get(path(timer_id)).status == 200, timeout_s=10, what="timer visible")
+
+    reads = {
+        "list": "/api/timers",
+        "search": f"/api/timers?from_ms={start}&to_ms={start + 1}",
+        "one timer": path(timer_id),
+        "its payload": path(timer_id, "?payload=1"),
+        "firings": "/api/firings",
+    }
+    for what, read in reads.items():
+        for token in (None, "wrong-token-0123456789", ADMIN_TOKEN + "x"):
+            refused = http.get(read, token=token)
+            assert refused.status == 401, (what, token, refused.body)
+            assert "Authorization: Bearer" in refused.body["error"]
+            assert refused.headers.get("WWW-Authenticate", "").startswith("Bearer")
+            assert timer_id not in str(refused.body)
+        assert http.get(read).status == 200, what
+
+    found = http.get(reads["search"]).body["timers"]
+    assert [(t["id"], t["payload_bytes"]) for t in found] == [(timer_id, len(secret))]
+    assert secret not in str(http.get(reads["list"]).body) + str(http.get(reads["one timer"]).body)
+    assert http.get(reads["its payload"]).body["payload"] == secret
+    # Shown when asked for, and nowhere in the worker's output (its access log included).
+    assert admin_stack.worker is not None
+    assert secret not in admin_stack.worker.output()
+
+
+FAUST_VIEWS = ("/", "/router/", "/router/timers/", "/router/key/", "/table/", "/table/timers/", "/stats/")
+
+
+def test_only_our_routes_are_served(http: AdminHttp) -> None:
+    for faust_view in FAUST_VIEWS:
+        assert http.get(faust_view).status == 404, faust_view
+    # Probes, the Prometheus scrape, counts and the page itself need no token.
+    for open_path in ("/metrics", "/healthz", "/readyz", "/api/stats", "/admin/"):
+        assert http.get(open_path, token=None).status == 200, open_path
+    assert http.get("/api/stats", token=None).body["timer_reads"] == "token"
 
 
 @pytest.mark.parametrize(

@@ -1,4 +1,4 @@
-"""The admin page in headless Chromium: find a scheduled timer, cancel it with confirmation, it never fires.
+"""The admin page in headless Chromium: type the token, find a timer, see its payload, cancel it.
 
 Playwright drives Debian's ``/usr/bin/chromium`` (``make browser`` installs it);
 Playwright's own browser download is never used. Screenshots go to the test's
@@ -68,6 +68,10 @@ def test_page_finds_a_timer_and_cancels_it_so_it_never_fires(
     page.on("pageerror", lambda exc: errors.append(str(exc)))
     page.on("console", lambda msg: errors.append(msg.text) if msg.type == "error" else None)
     page.goto(f"http://127.0.0.1:{admin_stack.web_port}/admin/")
+    # Without a token the page shows clocks and counts, and asks for the token for timers.
+    expect(page.locator("#timers tbody")).to_contain_text("type the admin token")
+    expect(page.locator("#firings tbody")).to_contain_text("type the admin token")
+    expect(page.locator("#partitions tbody tr")).to_have_count(4)
     page.fill("#token", ADMIN_TOKEN)
 
     # The scheduled timer is in the pending list, and search by id opens it.
@@ -77,6 +81,12 @@ def test_page_finds_a_timer_and_cancels_it_so_it_never_fires(
     page.click("#search-btn")
     expect(page.locator("#timer-detail")).to_be_visible()
     expect(page.locator("#detail-fields")).to_contain_text("invoice-17")
+    # Its payload only when asked for.
+    expect(page.locator("#detail-fields")).to_contain_text("6 bytes (not shown)")
+    expect(page.locator("#detail-fields")).not_to_contain_text("remind (")
+    page.click("#payload-btn")
+    expect(page.locator("#detail-fields")).to_contain_text("remind (6 bytes, utf-8)")
+    expect(page.locator("#payload-btn")).to_be_hidden()
 
     # "Keep it" in the confirmation sends nothing.
     page.click("#cancel-btn")

@@ -81,7 +81,9 @@ def test_find_by_id_and_detail(tables: dict[int, PartitionTimers]) -> None:
     located = queries.find(tables, "x")
     assert located is not None and (located.partition, located.due.due_ms) == (2, T_MS + 42)
     detail = queries.detail_json(located)
-    assert (detail["callback_key"], detail["payload"], detail["has_token"]) == ("k-x", "v", False)
+    assert (detail["callback_key"], detail["payload_bytes"], detail["has_token"]) == ("k-x", 1, False)
+    assert "payload" not in detail  # only when asked for
+    assert queries.detail_json(located, with_payload=True)["payload"] == "v"
     assert queries.find(tables, "y") is None
 
 

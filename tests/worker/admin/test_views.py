@@ -55,5 +55,21 @@ def test_the_right_token_passes() -> None:
 def test_short_tokens_are_refused_at_start() -> None:
     with pytest.raises(Exception, match="too short"):
         WorkerConfig.from_env({"TIMERS_ADMIN_TOKEN": "short"})
+    with pytest.raises(Exception, match="TIMERS_ADMIN_READ_TOKEN is too short"):
+        WorkerConfig.from_env({"TIMERS_ADMIN_READ_TOKEN": "short"})
     assert WorkerConfig.from_env({}).admin_token is None
     assert "123" not in repr(WorkerConfig.from_env({"TIMERS_ADMIN_TOKEN": "0123456789abcdef0123"}))
+    assert "123" not in repr(WorkerConfig.from_env({"TIMERS_ADMIN_READ_TOKEN": "0123456789abcdef0123"}))
+
+
+def test_a_read_token_equal_to_the_admin_token_is_refused_at_start() -> None:
+    same = "0123456789abcdef0123"
+    with pytest.raises(Exception, match="could cancel"):
+        WorkerConfig.from_env({"TIMERS_ADMIN_TOKEN": same, "TIMERS_ADMIN_READ_TOKEN": same})
+
+
+def test_timer_reads_are_closed_unless_opened_explicitly() -> None:
+    assert WorkerConfig.from_env({}).admin_open_reads is False
+    assert WorkerConfig.from_env({"TIMERS_ADMIN_OPEN_READS": "1"}).admin_open_reads is True
+    with pytest.raises(Exception, match="TIMERS_ADMIN_OPEN_READS"):
+        WorkerConfig.from_env({"TIMERS_ADMIN_OPEN_READS": "maybe"})

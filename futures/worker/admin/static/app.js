@@ -1,10 +1,12 @@
 // The worker's admin page: plain JS over the admin API (/api/openapi.json), no build step.
 // Everything user-supplied (ids, topics, reasons) goes into the page as text, never as HTML.
+// Timers themselves (list, one timer, firings) are read with the token typed in; counts and
+// clocks need none. A payload is fetched only when "Show payload" is clicked.
 "use strict";
 
 const TOKEN_KEY = "kafka-timers-admin-token";
 const PAGE_SIZE = 15;
-const state = { window: "hour", after: null, nextCursor: null, shown: null, pending: 0 };
+const state = { window: "hour", after: null, nextCursor: null, shown: null, pending: 0, reads: "token" };
 
 const $ = (id) => document.getElementById(id);
 
@@ -18,6 +20,18 @@ async function api(path, options = {}) {
     throw error;
   }
   return body;
+}
+
+// A read of timers themselves: with the typed token, if any.
+function read(path) {
+  return api(path, { headers: token() ? { Authorization: `Bearer ${token()}` } : {} });
+}
+
+// Whether timers can be asked for now; otherwise why not, for the tables' empty rows.
+function whyNoTimers() {
+  if (state.reads === "disabled") return "timer reads are disabled on this worker: set TIMERS_ADMIN_READ_TOKEN or TIMERS_ADMIN_TOKEN";
+  if (state.reads === "token" && !token()) return "type the admin token (or a read token) above to see timers";
+  return null;
 }
 
 function timerPath(id, action = "") {
@@ -83,6 +97,7 @@ function token() {
 async function refreshStats() {
   const stats = await api("/api/stats");
   state.pending = stats.pending;
+  state.reads = stats.timer_reads;
   $("worker").textContent = stats.worker + (stats.ready ? "" : " · recovering");
   $("mutations").textContent = stats.mutations_enabled ? "" : "cancel disabled: TIMERS_ADMIN_TOKEN not set";
   $("s-pending").textContent = stats.pending.toLocaleString();
@@ -129,8 +144,26 @@ async function refreshStats() {
   }, "none since this worker started");
 }
 
+// Timers refused (no token, a wrong one): the reason goes into the table, not into an error box.
+async function timersOr(id, load) {
+  const why = whyNoTimers();
+  if (why) {
+    fillTable(id, [], () => null, why);
+    return null;
+  }
+  try {
+    return await load();
+  } catch (error) {
+    if (error.status !== 401 && error.status !== 403) throw error;
+    fillTable(id, [], () => null, error.message);
+    return null;
+  }
+}
+
 async function refreshFirings() {
-  const { firings } = await api(`/api/firings?limit=${PAGE_SIZE}`);
+  const page = await timersOr("firings", () => read(`/api/firings?limit=${PAGE_SIZE}`));
+  if (!page) return;
+  const { firings } = page;
   fillTable("firings", firings, (f) => {
     const tr = document.createElement("tr");
     tr.append(
@@ -169,7 +202,11 @@ async function refreshTimeline() {
 async function loadTimers(after) {
   const query = new URLSearchParams({ limit: PAGE_SIZE });
   if (after) query.set("after", after);
-  const page = await api(`/api/timers?${query}`);
+  const page = await timersOr("timers", () => read(`/api/timers?${query}`));
+  if (!page) {
+    $("next-page").disabled = true;
+    return;
+  }
   state.after = after;
   state.nextCursor = page.next;
   $("next-page").disabled = !page.next;
@@ -189,17 +226,21 @@ async function loadTimers(after) {
   }, "no pending timers in the partitions this worker holds");
 }
 
-async function showTimer(id) {
+async function showTimer(id, withPayload = false) {
   try {
-    const t = await api(timerPath(id));
+    const t = await read(timerPath(id) + (withPayload ? "?payload=1" : ""));
     state.shown = t;
+    const payload = t.payload_shown ?
+      `${t.payload}${t.payload_truncated ? " …" : ""} (${t.payload_bytes} bytes, ${t.payload_encoding})` :
+      `${t.payload_bytes} bytes (not shown)`;
+    const headers = t.headers.map((h) => (t.payload_shown ? `${h.key}=${h.value}` : `${h.key} (${h.value_bytes} bytes)`));
     const fields = [
       ["Id", t.id],
       ["Due", `${clock(t.due_ms)} (${relative(t.due_ms)})`],
       ["Partition", t.partition],
       ["Callback", `${t.callback_topic} · key ${t.callback_key}`],
-      ["Payload", `${t.payload}${t.payload_truncated ? " …" : ""} (${t.payload_bytes} bytes, ${t.payload_encoding})`],
-      ["Headers", t.headers.map((h) => `${h.key}=${h.value}`).join(", ") || "–"],
+      ["Payload", payload],
+      ["Headers", headers.join(", ") || "–"],
       ["Token", t.has_token ? "set" : "none"],
       ["Accepted", `${clock(t.accepted_ms)} from offset ${t.source_offset}`],
     ];
@@ -211,6 +252,7 @@ async function showTimer(id) {
       return [dt, dd];
     });
     $("detail-fields").replaceChildren(...items);
+    $("payload-btn").hidden = t.payload_shown;
     $("timer-detail").hidden = false;
   } catch (error) {
     $("timer-detail").hidden = true;
@@ -253,7 +295,8 @@ function report(error) {
 
 async function tick(n) {
   try {
-    await Promise.all([refreshStats(), refreshFirings()]);
+    await refreshStats(); // first: it says whether timers are read with a token
+    await refreshFirings();
     if (!state.after) await loadTimers(null); // a later page stays put until asked
     if (n % 5 === 0) await refreshTimeline();
   } catch (error) {
@@ -263,7 +306,11 @@ async function tick(n) {
 
 document.addEventListener("DOMContentLoaded", () => {
   $("token").value = sessionStorage.getItem(TOKEN_KEY) || "";
-  $("token").addEventListener("change", () => sessionStorage.setItem(TOKEN_KEY, token()));
+  $("token").addEventListener("change", () => {
+    sessionStorage.setItem(TOKEN_KEY, token());
+    state.after = null;
+    Promise.all([refreshFirings(), loadTimers(null)]).catch(report);
+  });
   $("window").addEventListener("change", (e) => {
     state.window = e.target.value;
     refreshTimeline().catch(report);
@@ -274,6 +321,7 @@ document.addEventListener("DOMContentLoaded", () => {
     if (id) showTimer(id);
   });
   $("cancel-btn").addEventListener("click", askCancel);
+  $("payload-btn").addEventListener("click", () => state.shown && showTimer(state.shown.id, true));
   $("confirm-dialog").addEventListener("close", cancelConfirmed);
   $("first-page").addEventListener("click", () => loadTimers(null).catch(report));
   $("next-page").addEventListener("click", () => loadTimers(state.nextCursor).catch(report));
