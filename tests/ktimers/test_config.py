@@ -5,11 +5,15 @@ from __future__ import annotations
 import pytest
 
 from ktimers.config import (
+    KAFKA_ENV,
+    TOPICS_ENV,
     BrokerProfile,
     CommonConfig,
     KafkaConfig,
     ProfileSettings,
     TopicsConfig,
+    default_of,
+    shown,
 )
 from ktimers.errors import ConfigError
 
@@ -168,3 +172,32 @@ def test_common_config_reads_both_parts() -> None:
 
     assert common.kafka.bootstrap_servers == "k:9092"
     assert common.topics.dlq == "dead"
+
+
+@pytest.mark.parametrize(
+    ("value", "text"),
+    [
+        (3600.0, "3600"),
+        (0.5, "0.5"),
+        (1_000_000, "1000000"),
+        (False, "0"),
+        (True, "1"),
+        (None, "—"),
+        (("orders-*", "reminders"), "orders-*,reminders"),
+        (BrokerProfile.EMBEDDED, "embedded"),
+    ],
+)
+def test_a_default_is_shown_as_one_would_set_it(value: object, text: str) -> None:
+    assert shown(value) == text
+
+
+def test_a_shown_default_is_read_back_as_the_default() -> None:
+    for var in KAFKA_ENV + TOPICS_ENV:
+        if var.default != "—":
+            assert CommonConfig.from_env({var.name: var.default}) == CommonConfig.from_env({}), var.name
+
+
+def test_a_note_follows_the_default_or_stands_for_an_empty_one() -> None:
+    assert default_of(TopicsConfig, "partitions", "per topic") == "4 (per topic)"
+    assert default_of(TopicsConfig, "ingress", "none") == "none"
+    assert default_of(KafkaConfig, "sasl_password", "never logged") == "— (never logged)"
