@@ -22,14 +22,14 @@ Env = Mapping[str, str]
 
 @dataclass(frozen=True)
 class EnvVar:
-    """A variable a component reads, as ``--help`` and the README's "Configuration" tables show it.
+    """A variable a component reads, as ``--help`` and docs/configuration.md show it.
 
     Each config module lists the variables its ``from_env`` reads next to it; a test
-    checks the lists against what ``from_env`` really reads and against the README.
+    checks the lists against what ``from_env`` really reads and against the docs.
     """
 
     name: str
-    #: As the README shows it; "—" when unset means "not used".
+    #: As the docs show it (see :func:`default_of`); "—" when unset means "not used".
     default: str
     meaning: str
 
@@ -100,7 +100,7 @@ class BrokerProfile(enum.Enum):
 class ProfileSettings:
     """Settings that differ between a real Kafka cluster and the embedded Tansu broker.
 
-    The embedded values are workarounds measured in ../shared/STACK.md:
+    The embedded values are workarounds for the embedded broker's behaviour:
 
     * ``session_timeout_s``/``heartbeat_s``/``rebalance_timeout_s``: aiokafka never
       sends LeaveGroup to Tansu, so a dead worker's member stays until its session
@@ -212,7 +212,7 @@ def env_choice(env: Env, name: str, enum_type: type[enum.Enum], default: enum.En
 
 @dataclass(frozen=True)
 class KafkaConfig:
-    """How to reach Kafka. Environment: ``KAFKA_*`` (see README, "Configuration")."""
+    """How to reach Kafka. Environment: ``KAFKA_*`` (docs/configuration.md)."""
 
     bootstrap_servers: str = "127.0.0.1:9092"
     security_protocol: str = "PLAINTEXT"
@@ -293,7 +293,7 @@ KAFKA_ENV: tuple[EnvVar, ...] = (
 
 
 class IngressFormat(enum.Enum):
-    """The request format an ingress topic carries (README, "Compatible formats")."""
+    """The request format an ingress topic carries (docs/request-topics.md)."""
 
     NATIVE = "native"  # Future / Cancel / FutureBatch protobuf, as on `timer-request`
     ETF1 = "etf1"  # kafka-message-scheduler: payload + scheduler-* headers
@@ -407,7 +407,7 @@ COMMON_ENV: tuple[EnvVar, ...] = KAFKA_ENV + TOPICS_ENV
 #: Read by the services (worker, oscillator, task worker) besides ``COMMON_ENV``.
 LOG_LEVEL_ENV = EnvVar("TIMERS_LOG_LEVEL", "info", "log level: debug, info, warning or error")
 
-#: The README's table of the variables "shared by all components".
+#: The table of the variables "shared by all components" in docs/configuration.md.
 SHARED_ENV: tuple[EnvVar, ...] = COMMON_ENV + (LOG_LEVEL_ENV,)
 
 

@@ -108,8 +108,8 @@ def test_profiles_differ_as_documented() -> None:
     cluster = KafkaConfig.from_env({}).settings
     embedded = KafkaConfig.from_env({"TIMERS_BROKER_PROFILE": "embedded"}).settings
 
-    # Short group timeouts on Tansu (a restarted worker waits a whole session,
-    # STACK.md quirk 4); on a cluster, a dead worker is noticed within Kafka's
+    # Short group timeouts on Tansu (a restarted worker waits a whole session: Tansu
+    # never hears a LeaveGroup); on a cluster, a dead worker is noticed within Kafka's
     # smallest default session (6 s) and its partitions move within 10 s.
     assert (embedded.session_timeout_s, embedded.heartbeat_s, embedded.rebalance_timeout_s) == (6.0, 0.5, 6.0)
     assert (cluster.session_timeout_s, cluster.heartbeat_s, cluster.rebalance_timeout_s) == (6.0, 0.5, 20.0)
