@@ -80,30 +80,20 @@ def reader_env(stack: Stack) -> dict[str, str]:
     return {**os.environ, **stack.env, "PATH": path, "PYTHONPATH": python_path}
 
 
+def run(argv: list[str], env: dict[str, str], cwd: Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        argv, env=env, cwd=cwd, capture_output=True, text=True, timeout=BLOCK_TIMEOUT_S, check=False
+    )
+
+
 def run_python(block: Block, env: dict[str, str], cwd: Path) -> subprocess.CompletedProcess[str]:
     script = cwd / f"block-{block.line}.py"
     script.write_text(block.code)
-    return subprocess.run(
-        [sys.executable, str(script)],
-        env=env,
-        cwd=cwd,
-        capture_output=True,
-        text=True,
-        timeout=BLOCK_TIMEOUT_S,
-        check=False,
-    )
+    return run([sys.executable, str(script)], env, cwd)
 
 
 def run_shell(script: str, env: dict[str, str], cwd: Path) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        ["bash", "-euo", "pipefail", "-c", script],
-        env=env,
-        cwd=cwd,
-        capture_output=True,
-        text=True,
-        timeout=BLOCK_TIMEOUT_S,
-        check=False,
-    )
+    return run(["bash", "-euo", "pipefail", "-c", script], env, cwd)
 
 
 def check_syntax(block: Block) -> None:
