@@ -32,6 +32,8 @@ from ktimers.topics import create_topics, verify_topics
 from ktimers.wire import H_DUE_MS, H_FIRED_MS, KafkaHeaders, header_value, message_headers, text_or_repr
 
 EXIT_INCOMPLETE = 1  # watch --count not reached before --timeout
+#: How often ``timers watch`` looks for a topic that does not exist yet (seconds).
+WATCH_TOPIC_POLL_S = 0.5
 
 # librdkafka logs every failed connection attempt; routed here and silenced
 # unless --verbose, so an unreachable broker yields one clear line, not a stream.
@@ -322,35 +324,45 @@ def _watch(args: argparse.Namespace) -> int:
             "logger": kafka_log,
         }
     )
+    deadline = None if args.timeout is None else time.monotonic() + args.timeout
     try:
-        partitions = _partitions(consumer, args.topic, common)
+        partitions = _partitions(consumer, args.topic, common, deadline)
         start = OFFSET_BEGINNING if args.from_beginning else OFFSET_END
-        # Assigning skips the group join (seconds, see STACK.md) and leaves no group behind.
+        # Assigning skips the group join (seconds on the embedded broker) and leaves no group behind.
         consumer.assign([TopicPartition(args.topic, p, start) for p in partitions])
-        return _print_records(consumer, args)
+        return _print_records(consumer, args, deadline)
     except KeyboardInterrupt:
         return 0
     finally:
         consumer.close()
 
 
-def _partitions(consumer: Consumer, topic: str, common: CommonConfig) -> list[int]:
-    try:
-        # All topics, not list_topics(topic): asking for one can auto-create it.
-        metadata = consumer.list_topics(timeout=10)
-    except KafkaException as exc:
-        raise _unreachable(common, exc) from exc
-    info = metadata.topics.get(topic)
-    if info is None or info.error is not None:
-        raise UsageError(
-            f"topic {topic!r} does not exist on {common.kafka.bootstrap_servers}: check the name",
-            "timers watch",
-        )
-    return sorted(info.partitions)
+def _partitions(consumer: Consumer, topic: str, common: CommonConfig, deadline: float | None) -> list[int]:
+    """The partitions of ``topic``; until ``deadline`` (monotonic seconds), waits for it to exist.
+
+    A callback topic is often created by its first callback (brokers that create topics on
+    first use), so a watch started with the timer would otherwise fail before it fires.
+    """
+    while True:
+        try:
+            # All topics, not list_topics(topic): asking for one can auto-create it.
+            metadata = consumer.list_topics(timeout=10)
+        except KafkaException as exc:
+            raise _unreachable(common, exc) from exc
+        info = metadata.topics.get(topic)
+        if info is not None and info.error is None and info.partitions:
+            return sorted(info.partitions)
+        if deadline is None or time.monotonic() >= deadline:
+            fix = (
+                "check the name (or give --timeout to wait for it)" if deadline is None else "check the name"
+            )
+            raise UsageError(
+                f"topic {topic!r} does not exist on {common.kafka.bootstrap_servers}: {fix}", "timers watch"
+            )
+        time.sleep(min(WATCH_TOPIC_POLL_S, max(0.0, deadline - time.monotonic())))
 
 
-def _print_records(consumer: Consumer, args: argparse.Namespace) -> int:
-    deadline = None if args.timeout is None else time.monotonic() + args.timeout
+def _print_records(consumer: Consumer, args: argparse.Namespace, deadline: float | None) -> int:
     seen = 0
     while args.count is None or seen < args.count:
         wait = 0.5 if deadline is None else min(0.5, deadline - time.monotonic())

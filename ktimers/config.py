@@ -9,6 +9,7 @@ silently carried to a real cluster.
 
 from __future__ import annotations
 
+import dataclasses
 import enum
 import os
 from collections.abc import Mapping
@@ -21,19 +22,48 @@ Env = Mapping[str, str]
 
 @dataclass(frozen=True)
 class EnvVar:
-    """A variable a component reads, as ``--help`` and the README's "Configuration" tables show it.
+    """A variable a component reads, as ``--help`` and docs/configuration.md show it.
 
     Each config module lists the variables its ``from_env`` reads next to it; a test
-    checks the lists against what ``from_env`` really reads and against the README.
+    checks the lists against what ``from_env`` really reads and against the docs.
     """
 
     name: str
-    #: As the README shows it; "—" when unset means "not used".
+    #: As the docs show it (see :func:`default_of`); "—" when unset means "not used".
     default: str
     meaning: str
 
 
 NO_DEFAULT = "—"
+
+
+def shown(value: object) -> str:
+    """A default as ``--help`` and docs/configuration.md show it: as one would set it."""
+    if value is None:
+        return NO_DEFAULT
+    if isinstance(value, bool):
+        return "1" if value else "0"
+    if isinstance(value, enum.Enum):
+        return str(value.value)
+    if isinstance(value, float):
+        return str(int(value)) if value.is_integer() else repr(value)
+    if isinstance(value, tuple):
+        return ",".join(shown(item) for item in value)
+    return str(value)
+
+
+def default_of(config: type, name: str, note: str = "") -> str:
+    """The default of field ``name`` of the dataclass ``config``, shown (see :func:`shown`).
+
+    ``note`` says what the value means, after it: ``0 (none)``; for an empty default the
+    note alone is shown (``any``). The dataclass is the one place a default is written.
+    """
+    [spec] = [f for f in dataclasses.fields(config) if f.name == name]
+    value = spec.default if spec.default_factory is dataclasses.MISSING else spec.default_factory()
+    text = shown(value)
+    if not text:
+        return note
+    return f"{text} ({note})" if note else text
 
 
 class Secret:
@@ -70,7 +100,7 @@ class BrokerProfile(enum.Enum):
 class ProfileSettings:
     """Settings that differ between a real Kafka cluster and the embedded Tansu broker.
 
-    The embedded values are workarounds measured in ../shared/STACK.md:
+    The embedded values are workarounds for the embedded broker's behaviour:
 
     * ``session_timeout_s``/``heartbeat_s``/``rebalance_timeout_s``: aiokafka never
       sends LeaveGroup to Tansu, so a dead worker's member stays until its session
@@ -124,6 +154,15 @@ class ProfileSettings:
         )
 
 
+def profile_default(name: str) -> str:
+    """A :class:`ProfileSettings` value as shown: the cluster's, and the embedded broker's if it differs."""
+    cluster = getattr(ProfileSettings.for_profile(BrokerProfile.CLUSTER), name)
+    embedded = getattr(ProfileSettings.for_profile(BrokerProfile.EMBEDDED), name)
+    if cluster == embedded:
+        return shown(cluster)
+    return f"{shown(cluster)} (embedded: {shown(embedded)})"
+
+
 def _get(env: Env, name: str, default: str | None = None) -> str | None:
     value = env.get(name)
     return value if value not in (None, "") else default
@@ -171,21 +210,9 @@ def env_choice(env: Env, name: str, enum_type: type[enum.Enum], default: enum.En
         raise ConfigError(f"{name}={raw!r} is not one of: {allowed}") from exc
 
 
-#: What :meth:`KafkaConfig.from_env` reads.
-KAFKA_ENV: tuple[EnvVar, ...] = (
-    EnvVar("KAFKA_BOOTSTRAP_SERVERS", "127.0.0.1:9092", "brokers"),
-    EnvVar("KAFKA_SECURITY_PROTOCOL", "PLAINTEXT", "PLAINTEXT, SSL, SASL_PLAINTEXT or SASL_SSL"),
-    EnvVar("KAFKA_SASL_MECHANISM", NO_DEFAULT, "SASL mechanism: PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512"),
-    EnvVar("KAFKA_SASL_USERNAME", NO_DEFAULT, "SASL user name"),
-    EnvVar("KAFKA_SASL_PASSWORD", NO_DEFAULT, "SASL password (never logged)"),
-    EnvVar("KAFKA_SSL_CA_LOCATION", NO_DEFAULT, "CA bundle for TLS"),
-    EnvVar("TIMERS_BROKER_PROFILE", "cluster", "embedded turns on the Tansu workarounds"),
-)
-
-
 @dataclass(frozen=True)
 class KafkaConfig:
-    """How to reach Kafka. Environment: ``KAFKA_*`` (see README, "Configuration")."""
+    """How to reach Kafka. Environment: ``KAFKA_*`` (docs/configuration.md)."""
 
     bootstrap_servers: str = "127.0.0.1:9092"
     security_protocol: str = "PLAINTEXT"
@@ -199,7 +226,7 @@ class KafkaConfig:
     def from_env(cls, env: Env | None = None) -> KafkaConfig:
         env = os.environ if env is None else env
         password = _get(env, "KAFKA_SASL_PASSWORD")
-        protocol = (_get(env, "KAFKA_SECURITY_PROTOCOL", "PLAINTEXT") or "").upper()
+        protocol = (_get(env, "KAFKA_SECURITY_PROTOCOL", cls.security_protocol) or "").upper()
         if protocol not in {"PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL"}:
             raise ConfigError(
                 f"KAFKA_SECURITY_PROTOCOL={protocol!r}: use PLAINTEXT, SSL, SASL_PLAINTEXT or SASL_SSL"
@@ -210,7 +237,7 @@ class KafkaConfig:
                 f"KAFKA_SECURITY_PROTOCOL={protocol} needs KAFKA_SASL_MECHANISM "
                 "(PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512)"
             )
-        profile = env_choice(env, "TIMERS_BROKER_PROFILE", BrokerProfile, BrokerProfile.CLUSTER)
+        profile = env_choice(env, "TIMERS_BROKER_PROFILE", BrokerProfile, cls.profile)
         assert isinstance(profile, BrokerProfile)  # noqa: S101 - narrows env_choice's return
         return cls(
             bootstrap_servers=_get(env, "KAFKA_BOOTSTRAP_SERVERS", cls.bootstrap_servers) or "",
@@ -243,8 +270,30 @@ class KafkaConfig:
         return conf
 
 
+#: What :meth:`KafkaConfig.from_env` reads.
+KAFKA_ENV: tuple[EnvVar, ...] = (
+    EnvVar("KAFKA_BOOTSTRAP_SERVERS", default_of(KafkaConfig, "bootstrap_servers"), "brokers"),
+    EnvVar(
+        "KAFKA_SECURITY_PROTOCOL",
+        default_of(KafkaConfig, "security_protocol"),
+        "PLAINTEXT, SSL, SASL_PLAINTEXT or SASL_SSL",
+    ),
+    EnvVar(
+        "KAFKA_SASL_MECHANISM",
+        default_of(KafkaConfig, "sasl_mechanism"),
+        "SASL mechanism: PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512",
+    ),
+    EnvVar("KAFKA_SASL_USERNAME", default_of(KafkaConfig, "sasl_username"), "SASL user name"),
+    EnvVar("KAFKA_SASL_PASSWORD", default_of(KafkaConfig, "sasl_password"), "SASL password (never logged)"),
+    EnvVar("KAFKA_SSL_CA_LOCATION", default_of(KafkaConfig, "ssl_ca_location"), "CA bundle for TLS"),
+    EnvVar(
+        "TIMERS_BROKER_PROFILE", default_of(KafkaConfig, "profile"), "embedded turns on the Tansu workarounds"
+    ),
+)
+
+
 class IngressFormat(enum.Enum):
-    """The request format an ingress topic carries (README, "Compatible formats")."""
+    """The request format an ingress topic carries (docs/request-topics.md)."""
 
     NATIVE = "native"  # Future / Cancel / FutureBatch protobuf, as on `timer-request`
     ETF1 = "etf1"  # kafka-message-scheduler: payload + scheduler-* headers
@@ -269,21 +318,6 @@ def parse_ingress(raw: str, name: str = "TIMERS_INGRESS_TOPICS") -> tuple[tuple[
     if len(set(topics)) != len(topics):
         raise ConfigError(f"{name}: a topic is listed twice in {raw!r}")
     return tuple(pairs)
-
-
-#: What :meth:`TopicsConfig.from_env` reads.
-TOPICS_ENV: tuple[EnvVar, ...] = (
-    EnvVar("TIMERS_TOPIC_OSCILLATOR", "oscillator", "topic of the ticks"),
-    EnvVar("TIMERS_TOPIC_REQUEST", "timer-request", "topic of the requests (native format)"),
-    EnvVar("TIMERS_TOPIC_EVENTS", "timer-events", "topic of the fired/cancelled/rejected events"),
-    EnvVar("TIMERS_TOPIC_DLQ", "timer-request-dlq", "dead-letter topic of the requests"),
-    EnvVar("TIMERS_PARTITIONS", "4", "partitions for `timers topics create`"),
-    EnvVar(
-        "TIMERS_INGRESS_TOPICS",
-        NO_DEFAULT,
-        "more request topics and their formats, topic=format comma-separated (native, etf1, countdown)",
-    ),
-)
 
 
 @dataclass(frozen=True)
@@ -344,13 +378,36 @@ class TopicsConfig:
         return None
 
 
+#: What :meth:`TopicsConfig.from_env` reads.
+TOPICS_ENV: tuple[EnvVar, ...] = (
+    EnvVar("TIMERS_TOPIC_OSCILLATOR", default_of(TopicsConfig, "oscillator"), "topic of the ticks"),
+    EnvVar(
+        "TIMERS_TOPIC_REQUEST", default_of(TopicsConfig, "request"), "topic of the requests (native format)"
+    ),
+    EnvVar(
+        "TIMERS_TOPIC_EVENTS",
+        default_of(TopicsConfig, "events"),
+        "topic of the fired/cancelled/rejected events",
+    ),
+    EnvVar("TIMERS_TOPIC_DLQ", default_of(TopicsConfig, "dlq"), "dead-letter topic of the requests"),
+    EnvVar(
+        "TIMERS_PARTITIONS", default_of(TopicsConfig, "partitions"), "partitions for `timers topics create`"
+    ),
+    EnvVar(
+        "TIMERS_INGRESS_TOPICS",
+        default_of(TopicsConfig, "ingress", NO_DEFAULT),
+        "more request topics and their formats, topic=format comma-separated (native, etf1, countdown)",
+    ),
+)
+
+
 #: What :meth:`CommonConfig.from_env` reads: every component's Kafka connection and topics.
 COMMON_ENV: tuple[EnvVar, ...] = KAFKA_ENV + TOPICS_ENV
 
 #: Read by the services (worker, oscillator, task worker) besides ``COMMON_ENV``.
 LOG_LEVEL_ENV = EnvVar("TIMERS_LOG_LEVEL", "info", "log level: debug, info, warning or error")
 
-#: The README's table of the variables "shared by all components".
+#: The table of the variables "shared by all components" in docs/configuration.md.
 SHARED_ENV: tuple[EnvVar, ...] = COMMON_ENV + (LOG_LEVEL_ENV,)
 
 

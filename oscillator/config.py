@@ -17,27 +17,10 @@ import os
 import socket
 from dataclasses import dataclass, field
 
-from ktimers.config import CommonConfig, Env, EnvVar, env_float, env_int
+from ktimers.config import CommonConfig, Env, EnvVar, default_of, env_float, env_int
 from ktimers.errors import ConfigError
 
 LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
-
-#: What :meth:`OscillatorConfig.from_env` reads besides ``SHARED_ENV`` (README, "Configuration").
-OSCILLATOR_ENV: tuple[EnvVar, ...] = (
-    EnvVar("TIMERS_OSC_INSTANCE", "<host>-<pid>", "id written into every tick's source"),
-    EnvVar("TIMERS_OSC_HEALTH_HOST", "127.0.0.1", "address of /healthz and /metrics"),
-    EnvVar(
-        "TIMERS_OSC_HEALTH_PORT",
-        "8090",
-        "port of /healthz and /metrics; each oscillator on one host needs its own",
-    ),
-    EnvVar(
-        "TIMERS_OSC_STALE_AFTER_S",
-        "5",
-        "/healthz fails when no tick was delivered for this many seconds (more than 1)",
-    ),
-    EnvVar("TIMERS_OSC_METADATA_REFRESH_S", "30", "how often the partition count is re-read, seconds"),
-)
 
 
 def default_instance() -> str:
@@ -81,3 +64,31 @@ class OscillatorConfig:
             metadata_refresh_s=refresh_s,
             log_level=log_level,
         )
+
+
+#: What :meth:`OscillatorConfig.from_env` reads besides ``SHARED_ENV`` (docs/configuration.md); the
+#: defaults are the dataclass's.
+OSCILLATOR_ENV: tuple[EnvVar, ...] = (
+    # The default is computed at start (default_instance).
+    EnvVar("TIMERS_OSC_INSTANCE", "<host>-<pid>", "id written into every tick's source"),
+    EnvVar(
+        "TIMERS_OSC_HEALTH_HOST",
+        default_of(OscillatorConfig, "health_host"),
+        "address of /healthz and /metrics",
+    ),
+    EnvVar(
+        "TIMERS_OSC_HEALTH_PORT",
+        default_of(OscillatorConfig, "health_port"),
+        "port of /healthz and /metrics; each oscillator on one host needs its own",
+    ),
+    EnvVar(
+        "TIMERS_OSC_STALE_AFTER_S",
+        default_of(OscillatorConfig, "stale_after_s"),
+        "/healthz fails when no tick was delivered for this many seconds (more than 1)",
+    ),
+    EnvVar(
+        "TIMERS_OSC_METADATA_REFRESH_S",
+        default_of(OscillatorConfig, "metadata_refresh_s"),
+        "how often the partition count is re-read, seconds",
+    ),
+)

@@ -3,7 +3,7 @@
 The environment variables its ``--help`` lists come from one list per component,
 next to the ``from_env`` that reads them; these tests check that each list names
 exactly what ``from_env`` reads, that its defaults are the real ones, and that it
-matches the README's "Configuration" tables.
+matches the tables of docs/configuration.md.
 """
 
 from __future__ import annotations
@@ -181,10 +181,10 @@ def _effective(config: object) -> object:
     return config
 
 
-def _readme_tables() -> dict[str, list[tuple[str, str]]]:
-    """The "Configuration" tables of the README: the line above each → its (variable, default) rows."""
-    text = (REPO / "README.md").read_text()
-    section = text.split("\n## Configuration\n")[1].split("\n## ")[0]
+def _doc_tables() -> dict[str, list[tuple[str, str]]]:
+    """The tables of docs/configuration.md: the line above each → its (variable, default) rows."""
+    text = (REPO / "docs" / "configuration.md").read_text()
+    section = text.split("\n## Variables\n")[1].split("\n## ")[0]
     tables: dict[str, list[tuple[str, str]]] = {}
     intro = ""
     rows: list[tuple[str, str]] | None = None
@@ -209,7 +209,7 @@ def _readme_tables() -> dict[str, list[tuple[str, str]]]:
     return tables
 
 
-README_TABLES = {
+DOC_TABLES = {
     "Everything reads the environment. Shared by all components:": SHARED_ENV,
     "Worker (`timers-worker`):": WORKER_ENV,
     "Oscillator (`timers-oscillator`):": OSCILLATOR_ENV,
@@ -218,9 +218,9 @@ README_TABLES = {
 }
 
 
-def test_the_lists_match_the_readme_tables() -> None:
-    tables = _readme_tables()
-    assert len(tables) == len(README_TABLES)
-    for intro, variables in README_TABLES.items():
-        [readme] = [rows for line, rows in tables.items() if line.startswith(intro)]
-        assert readme == [(var.name, var.default) for var in variables], intro
+def test_the_lists_match_the_configuration_page() -> None:
+    tables = _doc_tables()
+    assert len(tables) == len(DOC_TABLES)
+    for intro, variables in DOC_TABLES.items():
+        [documented] = [rows for line, rows in tables.items() if line.startswith(intro)]
+        assert documented == [(var.name, var.default) for var in variables], intro

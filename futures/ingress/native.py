@@ -81,7 +81,7 @@ def fast_parse(kind: bytes | None, value: bytes | None, context: ParseContext) -
     that :func:`parse` would schedule (it names its id and due_ms), the timer id
     of a valid Cancel, or None: then :func:`parse` decides (rejections, batches,
     derived ids and due times, a payload limit to check). Where it answers, the
-    answer is the one :func:`parse` gives (tests/futures/test_fast_parse.py).
+    answer is the one :func:`parse` gives (tests/ingress/test_fast_parse.py).
     """
     if kind == KIND_CANCEL:
         named = cancel_id(value)

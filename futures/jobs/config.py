@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from futures.ingress.limits import DEFAULT_APP_ID, ParseLimits
 from ktimers.config import CommonConfig, Env, EnvVar
 
-#: What :meth:`JobConfig.from_env` reads besides ``COMMON_ENV`` (README, "Configuration").
+#: What :meth:`JobConfig.from_env` reads besides ``COMMON_ENV`` (docs/configuration.md).
 JOB_ENV: tuple[EnvVar, ...] = (
     EnvVar(
         "TIMERS_APP_ID",

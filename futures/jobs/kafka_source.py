@@ -87,7 +87,7 @@ ARROW_SCHEMA = pa.schema(
 )
 
 #: Producer settings of the writer: durable (idempotent, acks=all) and batched
-#: (STACK.md: ~500 k msg/s with linger 5-20 ms and 1 MB batches).
+#: (~500 k msg/s on the embedded broker with linger 5-20 ms and 1 MB batches).
 PRODUCER_DEFAULTS: dict[str, Any] = {
     "enable.idempotence": True,
     "acks": "all",

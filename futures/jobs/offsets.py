@@ -6,9 +6,8 @@ exactly what it covers.
 
 The end of a partition is taken from a fetch response, not from ListOffsets: the
 embedded Tansu broker answers ListOffsets with "first offset of the last batch
-+ 1" (../shared/STACK.md, quirk 1), which made a job read 993-997 k of 1 M
-records. On a real cluster both agree, so the fetch costs one small request per
-partition and changes nothing.
++ 1", which made a job read 993-997 k of 1 M records. On a real cluster both
+agree, so the fetch costs one small request per partition and changes nothing.
 """
 
 from __future__ import annotations
@@ -35,7 +34,7 @@ CONSUMER_DEFAULTS: dict[str, Any] = {
     "enable.auto.offset.store": False,
     "enable.partition.eof": True,
     "fetch.wait.max.ms": 100,
-    # The default of 1000 ms caps a consumer near 212 k msg/s (STACK.md).
+    # The default of 1000 ms capped a consumer near 212 k msg/s on the embedded broker.
     "fetch.queue.backoff.ms": 10,
     # Records planned but deleted before a task reads them (retention) must fail the
     # read: librdkafka's default jumps to the end and the rest of the range looks empty,
@@ -70,7 +69,7 @@ class OffsetSpec:
 
     ``offsets`` may hold :data:`EARLIEST`/:data:`LATEST`; partitions it does not
     name take ``default``. ``timestamp_ms`` is the first record at or after that
-    time (epoch ms; on Tansu the broker's receive time, STACK.md quirk 8).
+    time (epoch ms; on Tansu the broker's receive time).
     """
 
     default: int = EARLIEST

@@ -25,8 +25,7 @@ counts those (``unchecked``) once it has classified the log, and refuses when
 there are any (:mod:`futures.jobs.compact`).
 
 The embedded Tansu broker reports ``retention.ms`` and ``cleanup.policy`` set on
-a topic but enforces neither, and never deletes records (../shared/STACK.md,
-quirk 7): there only the configuration path can be exercised.
+a topic but enforces neither, and never deletes records: there only the configuration path can be exercised.
 """
 
 from __future__ import annotations

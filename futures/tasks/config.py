@@ -11,7 +11,7 @@ from ktimers.errors import ConfigError
 
 _TOPIC = re.compile(r"[a-zA-Z0-9._-]{1,249}")
 
-#: What :meth:`TaskConfig.from_env` reads (README, "Configuration").
+#: What :meth:`TaskConfig.from_env` reads (docs/configuration.md).
 TASKS_ENV: tuple[EnvVar, ...] = (
     EnvVar(
         "TIMERS_TASKS_TOPIC", "timer-tasks", "callback topic of task timers, which the task worker consumes"
@@ -54,7 +54,7 @@ class RetryPolicy:
 
 @dataclass(frozen=True)
 class TaskConfig:
-    """Where task calls travel and how failures are handled (README, "Delayed tasks")."""
+    """Where task calls travel and how failures are handled (docs/request-topics.md)."""
 
     #: Callback topic of task timers: the task worker consumes it. The timer
     #: worker must allow it as a callback topic (TIMERS_ALLOWED_CALLBACK_TOPICS).

@@ -11,15 +11,16 @@ from pathlib import Path
 
 from futures.ingress.limits import DEFAULT_APP_ID, DEFAULT_DENIED_CALLBACK_TOPICS, ParseLimits
 from ktimers.config import (
-    NO_DEFAULT,
     CommonConfig,
     Env,
     EnvVar,
     Secret,
+    default_of,
     env_bool,
     env_choice,
     env_float,
     env_int,
+    profile_default,
 )
 from ktimers.errors import ConfigError
 
@@ -29,65 +30,6 @@ TABLE_NAME = "timers"
 #: ``kt-*`` callback headers and record framing. The worker's producer accepts
 #: records up to ``max_payload_bytes`` plus this (``message.max.bytes``).
 RECORD_ALLOWANCE_BYTES = 16 * 1024
-
-
-#: What :meth:`WorkerConfig.from_env` reads besides ``COMMON_ENV`` (README, "Configuration").
-WORKER_ENV: tuple[EnvVar, ...] = (
-    EnvVar(
-        "TIMERS_APP_ID",
-        DEFAULT_APP_ID,
-        "Faust app id = consumer group; prefixes the changelog topic; callback topics <app-id>-* are refused",
-    ),
-    EnvVar("TIMERS_DATA_DIR", "data", "RocksDB tables (rebuilt from the changelog if lost)"),
-    EnvVar(
-        "TIMERS_WEB_HOST", "127.0.0.1", "address of /metrics, /healthz, /readyz and the admin page and API"
-    ),
-    EnvVar("TIMERS_WEB_PORT", "6066", "port of the same"),
-    EnvVar("TIMERS_LATE_POLICY", "fire", "fire, drop or dlq requests later than TIMERS_MAX_LATENESS_S"),
-    EnvVar("TIMERS_MAX_LATENESS_S", "3600", "see TIMERS_LATE_POLICY, seconds"),
-    EnvVar("TIMERS_CLOCK_TOLERANCE_MS", "500", "how far a tick may be ahead of the worker clock"),
-    EnvVar(
-        "TIMERS_JOIN_MAX_WAIT_S",
-        "60",
-        "how long a tick waits for older requests of its partition before it fires without them",
-    ),
-    EnvVar(
-        "TIMERS_ALLOWED_CALLBACK_TOPICS", "any", "comma-separated fnmatch patterns, e.g. orders-*,reminders"
-    ),
-    EnvVar(
-        "TIMERS_DENIED_CALLBACK_TOPICS",
-        ",".join(DEFAULT_DENIED_CALLBACK_TOPICS),
-        "fnmatch patterns refused as callback topics; empty allows them. "
-        "The service's own topics, __* and <app-id>-* are always refused",
-    ),
-    EnvVar("TIMERS_MAX_PAYLOAD_BYTES", "1000000", "largest timer as stored (else payload-too-large)"),
-    EnvVar("TIMERS_MAX_DUE_AHEAD_S", "0 (none)", "timers due further ahead are dead-lettered"),
-    EnvVar("TIMERS_INGEST_BATCH_SIZE", "2000", "request records per ingest step"),
-    EnvVar(
-        "TIMERS_FIRE_CHUNK_SIZE",
-        "60000",
-        "timers sent, not yet deleted (three overlapping pieces); bounds duplicates after a crash",
-    ),
-    EnvVar("TIMERS_PRECISE", "0", "1: send each timer at its own millisecond instead of at the next tick"),
-    EnvVar(
-        "TIMERS_ADMIN_TOKEN",
-        f"{NO_DEFAULT} (no cancel)",
-        "admin API bearer token: reads timers, cancels and reschedules; 16+ characters",
-    ),
-    EnvVar(
-        "TIMERS_ADMIN_READ_TOKEN",
-        f"{NO_DEFAULT} (admin token only)",
-        "admin API bearer token that only reads timers (list, search, one timer, firings); 16+ characters",
-    ),
-    EnvVar(
-        "TIMERS_ADMIN_OPEN_READS", "0", "1: timers are read without a token by whoever reaches the web port"
-    ),
-    EnvVar("TIMERS_ADMIN_STALL_AFTER_S", "5", "a partition's clock this far behind shows red, seconds"),
-    EnvVar("TIMERS_INSTANCE_ID", f"{NO_DEFAULT} (dynamic membership)", "static member name: the pod name"),
-    EnvVar("TIMERS_SESSION_TIMEOUT_S", "6 (embedded: 6)", "consumer group session timeout, seconds"),
-    EnvVar("TIMERS_HEARTBEAT_S", "0.5", "heartbeat interval, seconds"),
-    EnvVar("TIMERS_REBALANCE_TIMEOUT_S", "20 (embedded: 6)", "rebalance timeout, seconds"),
-)
 
 
 class LatePolicy(enum.Enum):
@@ -105,7 +47,7 @@ class LatePolicy(enum.Enum):
 
 @dataclass(frozen=True)
 class WorkerConfig:
-    """Everything the futures worker reads from ``TIMERS_*`` (see README, "Configuration")."""
+    """Everything the futures worker reads from ``TIMERS_*``: the defaults here are the only ones."""
 
     common: CommonConfig = field(default_factory=CommonConfig)
     app_id: str = DEFAULT_APP_ID
@@ -269,6 +211,117 @@ class WorkerConfig:
             max_payload_bytes=self.max_payload_bytes,
             max_due_ahead_s=self.max_due_ahead_s,
         )
+
+
+#: What :meth:`WorkerConfig.from_env` reads besides ``COMMON_ENV`` (docs/configuration.md); the
+#: defaults are the dataclass's.
+WORKER_ENV: tuple[EnvVar, ...] = (
+    EnvVar(
+        "TIMERS_APP_ID",
+        default_of(WorkerConfig, "app_id"),
+        "Faust app id = consumer group; prefixes the changelog topic; callback topics <app-id>-* are refused",
+    ),
+    EnvVar(
+        "TIMERS_DATA_DIR",
+        default_of(WorkerConfig, "data_dir"),
+        "RocksDB tables (rebuilt from the changelog if lost)",
+    ),
+    EnvVar(
+        "TIMERS_WEB_HOST",
+        default_of(WorkerConfig, "web_host"),
+        "address of /metrics, /healthz, /readyz and the admin page and API",
+    ),
+    EnvVar("TIMERS_WEB_PORT", default_of(WorkerConfig, "web_port"), "port of the same"),
+    EnvVar(
+        "TIMERS_LATE_POLICY",
+        default_of(WorkerConfig, "late_policy"),
+        "fire, drop or dlq requests later than TIMERS_MAX_LATENESS_S",
+    ),
+    EnvVar(
+        "TIMERS_MAX_LATENESS_S", default_of(WorkerConfig, "max_lateness_s"), "see TIMERS_LATE_POLICY, seconds"
+    ),
+    EnvVar(
+        "TIMERS_CLOCK_TOLERANCE_MS",
+        default_of(WorkerConfig, "clock_tolerance_ms"),
+        "how far a tick may be ahead of the worker clock",
+    ),
+    EnvVar(
+        "TIMERS_JOIN_MAX_WAIT_S",
+        default_of(WorkerConfig, "join_max_wait_s"),
+        "how long a tick waits for older requests of its partition before it fires without them, seconds",
+    ),
+    EnvVar(
+        "TIMERS_ALLOWED_CALLBACK_TOPICS",
+        default_of(WorkerConfig, "allowed_callback_topics", "any"),
+        "comma-separated fnmatch patterns, e.g. orders-*,reminders",
+    ),
+    EnvVar(
+        "TIMERS_DENIED_CALLBACK_TOPICS",
+        default_of(WorkerConfig, "denied_callback_topics"),
+        "fnmatch patterns refused as callback topics; empty allows them. "
+        "The service's own topics, __* and <app-id>-* are always refused",
+    ),
+    EnvVar(
+        "TIMERS_MAX_PAYLOAD_BYTES",
+        default_of(WorkerConfig, "max_payload_bytes"),
+        "largest timer as stored (else payload-too-large)",
+    ),
+    EnvVar(
+        "TIMERS_MAX_DUE_AHEAD_S",
+        default_of(WorkerConfig, "max_due_ahead_s", "none"),
+        "timers due further ahead are dead-lettered",
+    ),
+    EnvVar(
+        "TIMERS_INGEST_BATCH_SIZE",
+        default_of(WorkerConfig, "ingest_batch_size"),
+        "request records per ingest step",
+    ),
+    EnvVar(
+        "TIMERS_FIRE_CHUNK_SIZE",
+        default_of(WorkerConfig, "fire_chunk_size"),
+        "timers sent, not yet deleted (three overlapping pieces); bounds duplicates after a crash",
+    ),
+    EnvVar(
+        "TIMERS_PRECISE",
+        default_of(WorkerConfig, "precise"),
+        "1: send each timer at its own millisecond instead of at the next tick",
+    ),
+    EnvVar(
+        "TIMERS_ADMIN_TOKEN",
+        default_of(WorkerConfig, "admin_token", "no cancel"),
+        "admin API bearer token: reads timers, cancels and reschedules; 16+ characters",
+    ),
+    EnvVar(
+        "TIMERS_ADMIN_READ_TOKEN",
+        default_of(WorkerConfig, "admin_read_token", "admin token only"),
+        "admin API bearer token that only reads timers (list, search, one timer, firings); 16+ characters",
+    ),
+    EnvVar(
+        "TIMERS_ADMIN_OPEN_READS",
+        default_of(WorkerConfig, "admin_open_reads"),
+        "1: timers are read without a token by whoever reaches the web port",
+    ),
+    EnvVar(
+        "TIMERS_ADMIN_STALL_AFTER_S",
+        default_of(WorkerConfig, "admin_stall_after_s"),
+        "a partition's clock this far behind shows red, seconds",
+    ),
+    EnvVar(
+        "TIMERS_INSTANCE_ID",
+        default_of(WorkerConfig, "instance_id", "dynamic membership"),
+        "static member name: the pod name",
+    ),
+    # None in the dataclass: the broker profile's (ktimers.config.ProfileSettings).
+    EnvVar(
+        "TIMERS_SESSION_TIMEOUT_S",
+        profile_default("session_timeout_s"),
+        "consumer group session timeout, seconds",
+    ),
+    EnvVar("TIMERS_HEARTBEAT_S", profile_default("heartbeat_s"), "heartbeat interval, seconds"),
+    EnvVar(
+        "TIMERS_REBALANCE_TIMEOUT_S", profile_default("rebalance_timeout_s"), "rebalance timeout, seconds"
+    ),
+)
 
 
 def _optional_float(env: Env, name: str) -> float | None:

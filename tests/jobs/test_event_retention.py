@@ -1,6 +1,6 @@
 """Compaction refuses a log whose FIRED events may have left `timer-events` (embedded broker).
 
-Tansu stores ``retention.ms`` but never deletes (../shared/STACK.md, quirk 7): the
+Tansu stores ``retention.ms`` but never deletes: the
 events are all there, and the job must still refuse on the topic's word, as on a
 Kafka cluster that would have deleted them. The deleted-records path is in
 test_retention.py.

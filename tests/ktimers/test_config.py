@@ -5,11 +5,15 @@ from __future__ import annotations
 import pytest
 
 from ktimers.config import (
+    KAFKA_ENV,
+    TOPICS_ENV,
     BrokerProfile,
     CommonConfig,
     KafkaConfig,
     ProfileSettings,
     TopicsConfig,
+    default_of,
+    shown,
 )
 from ktimers.errors import ConfigError
 
@@ -104,8 +108,8 @@ def test_profiles_differ_as_documented() -> None:
     cluster = KafkaConfig.from_env({}).settings
     embedded = KafkaConfig.from_env({"TIMERS_BROKER_PROFILE": "embedded"}).settings
 
-    # Short group timeouts on Tansu (a restarted worker waits a whole session,
-    # STACK.md quirk 4); on a cluster, a dead worker is noticed within Kafka's
+    # Short group timeouts on Tansu (a restarted worker waits a whole session: Tansu
+    # never hears a LeaveGroup); on a cluster, a dead worker is noticed within Kafka's
     # smallest default session (6 s) and its partitions move within 10 s.
     assert (embedded.session_timeout_s, embedded.heartbeat_s, embedded.rebalance_timeout_s) == (6.0, 0.5, 6.0)
     assert (cluster.session_timeout_s, cluster.heartbeat_s, cluster.rebalance_timeout_s) == (6.0, 0.5, 20.0)
@@ -168,3 +172,32 @@ def test_common_config_reads_both_parts() -> None:
 
     assert common.kafka.bootstrap_servers == "k:9092"
     assert common.topics.dlq == "dead"
+
+
+@pytest.mark.parametrize(
+    ("value", "text"),
+    [
+        (3600.0, "3600"),
+        (0.5, "0.5"),
+        (1_000_000, "1000000"),
+        (False, "0"),
+        (True, "1"),
+        (None, "—"),
+        (("orders-*", "reminders"), "orders-*,reminders"),
+        (BrokerProfile.EMBEDDED, "embedded"),
+    ],
+)
+def test_a_default_is_shown_as_one_would_set_it(value: object, text: str) -> None:
+    assert shown(value) == text
+
+
+def test_a_shown_default_is_read_back_as_the_default() -> None:
+    for var in KAFKA_ENV + TOPICS_ENV:
+        if var.default != "—":
+            assert CommonConfig.from_env({var.name: var.default}) == CommonConfig.from_env({}), var.name
+
+
+def test_a_note_follows_the_default_or_stands_for_an_empty_one() -> None:
+    assert default_of(TopicsConfig, "partitions", "per topic") == "4 (per topic)"
+    assert default_of(TopicsConfig, "ingress", "none") == "none"
+    assert default_of(KafkaConfig, "sasl_password", "never logged") == "— (never logged)"

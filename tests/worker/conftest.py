@@ -1,4 +1,4 @@
-"""Fixtures of the engine tests (tests/futures/rig.py)."""
+"""Fixtures of the engine tests (tests/worker/rig.py)."""
 
 from tests.worker.rig import make_rig, rig
 

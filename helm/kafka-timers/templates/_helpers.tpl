@@ -124,7 +124,6 @@ TIMERS_TOPIC_DLQ: {{ .Values.topics.names.dlq | quote }}
 TIMERS_INGRESS_TOPICS: {{ join "," $pairs | quote }}
 {{- end }}
 TIMERS_PARTITIONS: {{ .Values.topics.partitions | int64 | quote }}
-TIMERS_LOG_LEVEL: {{ .Values.logLevel | quote }}
 {{- end }}
 
 {{/* Name of the Secret with the SASL credentials: the user's, or the chart's. */}}
