@@ -1,0 +1,150 @@
+"""The join of ticks and requests is ordered by time: a worker far behind on requests still
+honours every cancel and replacement written before a timer's tick."""
+
+from __future__ import annotations
+
+import time
+from collections import Counter
+
+import pytest
+from confluent_kafka import Producer
+
+from futures.client import TimerHandle
+from ktimers.wire import Future, TimerEvent, decode_events
+from tests.integration.conftest import Stack
+
+pytestmark = pytest.mark.integration
+
+Kind = TimerEvent.Kind
+
+#: Request records written just before the cancels: at ~50 k records/s of ingest, ~12 s of work.
+BACKLOG_RECORDS = 600_000
+#: Timers under test of each kind: kept, cancelled, replaced at the same due time, moved later.
+EACH = 150
+#: How long before their timers' due time the cancels and replacements are all written (s).
+MARGIN_S = 5.0
+
+
+def produce_backlog(stack: Stack, callback_topic: str, count: int) -> float:
+    """Write ``count`` valid single-timer requests, due in a day, over every partition; the seconds
+    it took. They are what the worker must apply before any tick that comes after them."""
+    due_ms = (int(time.time()) + 86_400) * 1000
+    base = Future(callBackTopic=callback_topic, callBackKey="backlog", callBack=b"b", due_ms=due_ms)
+    head = base.SerializeToString()
+    # A serialized message followed by another one's fields parses as their merge.
+    values = [head + Future(id=f"backlog-{i:07d}").SerializeToString() for i in range(count)]
+    partitions = stack.common.topics.partitions
+    producer = Producer(
+        {
+            "bootstrap.servers": stack.bootstrap,
+            "linger.ms": 20,
+            "batch.size": 1_000_000,
+            "queue.buffering.max.messages": count + 1,
+        }
+    )
+    topic = stack.common.topics.request
+    started = time.monotonic()
+    for i, value in enumerate(values):
+        producer.produce(topic, value, partition=i % partitions)
+        if i % 10_000 == 0:
+            producer.poll(0)
+    assert producer.flush(60) == 0
+    return time.monotonic() - started
+
+
+def timer_events(stack: Stack, ids: set[str], until: int, timeout_s: float) -> list[TimerEvent]:
+    """The events of ``ids`` on `timer-events`, in order, once there are ``until`` of them."""
+    reader = stack.reader(stack.common.topics.events)
+    deadline = time.monotonic() + timeout_s
+    found: list[TimerEvent] = []
+    while len(found) < until and time.monotonic() < deadline:
+        reader.poll(0.5)
+        found = [e for r in reader.records for e in decode_events(r.value, r.headers) if e.id in ids]
+    return found
+
+
+def wait_histogram(stack: Stack, name: str) -> dict[str, float]:
+    """A histogram's samples on the worker's /metrics: ``le`` bound (as text) → cumulative count,
+    plus ``sum`` and ``count``."""
+    samples = stack.metrics()
+    out = {"sum": samples[f"{name}_sum"], "count": samples[f"{name}_count"]}
+    for key, value in samples.items():
+        if key.startswith(f'{name}_bucket{{le="'):
+            out[key.split('"')[1]] = value
+    return out
+
+
+def test_cancels_and_replacements_hold_while_the_worker_is_far_behind(running: Stack) -> None:
+    reader = running.callback_topic("join")
+    started = time.time()
+    due_at = int(started) + 10  # the timers under test are due in this second (and the next)
+    kinds = ("kept", "cancelled", "same-due", "moved")
+    handles: dict[tuple[str, int], TimerHandle] = {}
+    with running.client() as client:
+        for kind in kinds:
+            for i in range(EACH):
+                at = due_at + i / EACH
+                handles[kind, i] = client.schedule(reader.topic, f"{kind}-{i}", "v1", at=at, id=f"{kind}-{i}")
+    running.wait_for_metric("timers_pending", lambda v: v == len(handles), timeout_s=20)
+
+    # The worker falls behind: hundreds of thousands of requests to apply, written first.
+    backlog_s = produce_backlog(running, reader.topic, BACKLOG_RECORDS)
+    with running.client() as client:
+        for i in range(EACH):
+            client.cancel(handles["cancelled", i])
+            client.schedule(reader.topic, f"same-due-{i}", "v2", at=handles["same-due", i].due_ms / 1000,
+                            id=f"same-due-{i}")  # fmt: skip
+            client.schedule(reader.topic, f"moved-{i}", "v2", at=handles["moved", i].due_ms / 1000 + 1,
+                            id=f"moved-{i}")  # fmt: skip
+    written_ms = time.time_ns() // 1_000_000
+    first_due_ms = min(h.due_ms for h in handles.values())
+    assert written_ms + MARGIN_S * 1000 <= first_due_ms, (
+        f"the backlog took {backlog_s:.1f}s to write: the cancels went out only "
+        f"{(first_due_ms - written_ms) / 1000:.1f}s before the first timer was due"
+    )
+
+    # What must fire: the kept timers, and the last version of each replaced one.
+    expected = {f"kept-{i}": handles["kept", i].due_ms for i in range(EACH)}
+    expected |= {f"same-due-{i}": handles["same-due", i].due_ms for i in range(EACH)}
+    expected |= {f"moved-{i}": handles["moved", i].due_ms + 1000 for i in range(EACH)}
+    reader.read_until(lambda r: {c.timer_id for c in r} >= set(expected), timeout_s=60)
+    reader.poll(2.0)  # a cancelled timer or an old version firing late would show up now
+
+    callbacks = reader.records
+    counts = Counter(c.timer_id for c in callbacks)
+    missing = set(expected) - set(counts)
+    assert not missing, f"{len(missing)} of {len(expected)} timers never fired, e.g. {sorted(missing)[:3]}"
+    fired_cancelled = sorted(i for i in counts if i.startswith("cancelled-"))
+    assert not fired_cancelled, f"{len(fired_cancelled)} cancelled timers fired, e.g. {fired_cancelled[:3]}"
+    old_versions = [
+        c for c in callbacks if c.timer_id.startswith(("same-due-", "moved-")) and c.value != b"v2"
+    ]
+    assert not old_versions, f"{len(old_versions)} replaced versions fired, e.g. {old_versions[0]}"
+    assert set(counts) == set(expected), f"unexpected callbacks: {sorted(set(counts) - set(expected))[:5]}"
+    early = [c for c in callbacks if min(c.received_ms, c.fired_ms) < expected[c.timer_id]]
+    assert not early, f"{len(early)} fired early, e.g. {early[0]}"
+    assert all(c.due_ms == expected[c.timer_id] for c in callbacks), "a callback names another due time"
+
+    # The worker was behind for real: it applied the cancels only after their timers were due
+    # (without the join, those timers would have fired), and ticks waited for them.
+    cancelled = {f"cancelled-{i}" for i in range(EACH)}
+    events = timer_events(running, cancelled, until=2 * EACH, timeout_s=20)
+    kinds_seen = {i: [e.kind for e in events if e.id == i] for i in cancelled}
+    assert all(k == [Kind.SCHEDULED, Kind.CANCELLED] for k in kinds_seen.values()), kinds_seen
+    applied_ms = [e.at_ms for e in events if e.kind == Kind.CANCELLED]
+    behind_s = (min(applied_ms) - written_ms) / 1000
+    waits = wait_histogram(running, "timers_join_wait_seconds")
+    late = sorted(c.received_ms - expected[c.timer_id] for c in callbacks)
+    print(
+        f"\nbacklog of {BACKLOG_RECORDS:,} records written in {backlog_s:.1f}s; cancels applied "
+        f"{behind_s:.1f}s after they were written, {(min(applied_ms) - first_due_ms) / 1000:.1f}s after "
+        f"the first of their timers was due; ticks waited {waits['sum']:.1f}s in all ({waits['count']:.0f} "
+        f"ticks, {waits['count'] - waits['2.0']:.0f} over 2s, {waits['count'] - waits['5.0']:.0f} over 5s); "
+        f"lateness p50 {late[len(late) // 2] / 1000:.1f}s, max {late[-1] / 1000:.1f}s; "
+        f"{sum(counts.values()) - len(counts)} duplicates"
+    )
+    assert min(applied_ms) > max(h.due_ms for h in handles.values()), (
+        f"the worker was only {behind_s:.1f}s behind: the cancels were applied before their timers were due"
+    )
+    assert waits["count"] - waits["2.0"] > 0, f"no tick waited more than 2s for requests: {waits}"
+    assert running.metric_sum("timers_join_wait_bound_total") == 0
