@@ -77,6 +77,9 @@ class WorkerConfig:
     ingest_batch_size: int = 2000
     #: Timers dispatched per produce/flush round when a second is due.
     fire_chunk_size: int = 60_000
+    #: What the worker holds for firing, all partitions together (bytes): callbacks built ahead,
+    #: pieces in flight and precise windows (futures/worker/context.py, FireBudget).
+    fire_budget_bytes: int = 64 * 1024 * 1024
     #: Precise mode: on tick s, also take the timers due by s + 1 and send each
     #: at its own millisecond (by this worker's clock), instead of all at the next tick.
     precise: bool = False
@@ -125,6 +128,7 @@ class WorkerConfig:
             max_due_ahead_s=env_float(env, "TIMERS_MAX_DUE_AHEAD_S", cls.max_due_ahead_s),
             ingest_batch_size=env_int(env, "TIMERS_INGEST_BATCH_SIZE", cls.ingest_batch_size),
             fire_chunk_size=env_int(env, "TIMERS_FIRE_CHUNK_SIZE", cls.fire_chunk_size),
+            fire_budget_bytes=env_int(env, "TIMERS_FIRE_BUDGET_BYTES", cls.fire_budget_bytes),
             precise=env_bool(env, "TIMERS_PRECISE", cls.precise),
             admin_token=Secret(token) if (token := env.get("TIMERS_ADMIN_TOKEN", "").strip()) else None,
             admin_read_token=Secret(read)
@@ -155,6 +159,11 @@ class WorkerConfig:
             raise ConfigError("TIMERS_MAX_PAYLOAD_BYTES must be >= 1")
         if self.ingest_batch_size < 1 or self.fire_chunk_size < 1:
             raise ConfigError("TIMERS_INGEST_BATCH_SIZE and TIMERS_FIRE_CHUNK_SIZE must be >= 1")
+        if self.fire_budget_bytes < 1024 * 1024:
+            raise ConfigError(
+                f"TIMERS_FIRE_BUDGET_BYTES={self.fire_budget_bytes}: use at least 1048576 (1 MiB); "
+                "the default is 67108864 (64 MiB)"
+            )
         if self.admin_token is not None and len(self.admin_token.get_secret_value()) < 16:
             raise ConfigError("TIMERS_ADMIN_TOKEN is too short: use at least 16 random characters")
         read = self.admin_read_token.get_secret_value() if self.admin_read_token else None
@@ -280,6 +289,11 @@ WORKER_ENV: tuple[EnvVar, ...] = (
         "TIMERS_FIRE_CHUNK_SIZE",
         default_of(WorkerConfig, "fire_chunk_size"),
         "timers sent, not yet deleted (three overlapping pieces); bounds duplicates after a crash",
+    ),
+    EnvVar(
+        "TIMERS_FIRE_BUDGET_BYTES",
+        default_of(WorkerConfig, "fire_budget_bytes"),
+        "bytes the worker holds for firing (callbacks built ahead, in flight, in precise windows)",
     ),
     EnvVar(
         "TIMERS_PRECISE",
