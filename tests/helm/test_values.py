@@ -35,6 +35,12 @@ PASS_THROUGH = {"podSecurityContext", "securityContext", "resources"}
         ({"oscillator": {"staleAfterSeconds": 1}}, "/oscillator/staleAfterSeconds"),
         ({"metrics": {"prometheusRule": {"watermarkLag": {"for": "5 minutes"}}}}, "/metrics/prometheusRule"),
         ({"worker": {"replica": 3}}, "'replica' not allowed"),
+        ({"worker": {"schemaRegistry": {"url": "registry:8081"}}}, "/worker/schemaRegistry/url"),
+        ({"worker": {"requestAllowedCallbackTopics": ["a,b"]}}, "/worker/requestAllowedCallbackTopics/0"),
+        (
+            {"topics": {"ingress": [{"name": "t", "format": "native", "allowedCallbackTopics": []}]}},
+            "/topics/ingress/0/allowedCallbackTopics",
+        ),
     ],
 )
 def test_schema_rejects_bad_values(values: dict[str, Any], where: str) -> None:
