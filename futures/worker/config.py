@@ -10,7 +10,10 @@ from functools import cached_property
 from pathlib import Path
 
 from futures.ingress.limits import DEFAULT_APP_ID, DEFAULT_DENIED_CALLBACK_TOPICS, ParseLimits
+from futures.ingress.registry import SchemaCheck
+from futures.worker.schemas import REGISTRY_ENV, SchemaRegistryConfig
 from ktimers.config import (
+    NO_DEFAULT,
     CommonConfig,
     Env,
     EnvVar,
@@ -103,6 +106,10 @@ class WorkerConfig:
     session_timeout_s: float | None = None
     heartbeat_s: float | None = None
     rebalance_timeout_s: float | None = None
+    #: The request topic's own fnmatch patterns of callback topics; empty: ``allowed_callback_topics``.
+    request_allowed_callback_topics: tuple[str, ...] = ()
+    #: The Schema Registry that framed requests' schema ids are checked against; None trusts them.
+    schema_registry: SchemaRegistryConfig | None = None
 
     @classmethod
     def from_env(cls, env: Env | None = None) -> WorkerConfig:
@@ -140,6 +147,8 @@ class WorkerConfig:
             session_timeout_s=_optional_float(env, "TIMERS_SESSION_TIMEOUT_S"),
             heartbeat_s=_optional_float(env, "TIMERS_HEARTBEAT_S"),
             rebalance_timeout_s=_optional_float(env, "TIMERS_REBALANCE_TIMEOUT_S"),
+            request_allowed_callback_topics=_patterns(env.get("TIMERS_REQUEST_ALLOWED_CALLBACK_TOPICS", "")),
+            schema_registry=SchemaRegistryConfig.from_env(env),
         )
         config.validate()
         return config
@@ -211,12 +220,21 @@ class WorkerConfig:
 
     @cached_property
     def parse_limits(self) -> ParseLimits:
-        """What requests are parsed with: the callback-topic policy, size and horizon limits."""
+        """What requests are parsed with: the callback-topic policy, size and horizon limits.
+
+        Built once per worker: its Schema Registry check keeps what it learnt across batches.
+        """
+        topics = self.common.topics
+        own = topics.ingress_callback_topics
+        if self.request_allowed_callback_topics:
+            own = ((topics.request, self.request_allowed_callback_topics), *own)
         return ParseLimits(
-            topics=self.common.topics,
+            topics=topics,
             app_id=self.app_id,
             allowed_callback_topics=self.allowed_callback_topics,
             denied_callback_topics=self.denied_callback_topics,
+            own_callback_topics=own,
+            schemas=None if self.schema_registry is None else SchemaCheck(self.schema_registry.client()),
             max_payload_bytes=self.max_payload_bytes,
             max_due_ahead_s=self.max_due_ahead_s,
         )
@@ -263,6 +281,13 @@ WORKER_ENV: tuple[EnvVar, ...] = (
         "TIMERS_ALLOWED_CALLBACK_TOPICS",
         default_of(WorkerConfig, "allowed_callback_topics", "any"),
         "comma-separated fnmatch patterns, e.g. orders-*,reminders",
+    ),
+    EnvVar(
+        "TIMERS_REQUEST_ALLOWED_CALLBACK_TOPICS",
+        default_of(
+            WorkerConfig, "request_allowed_callback_topics", f"{NO_DEFAULT} (TIMERS_ALLOWED_CALLBACK_TOPICS)"
+        ),
+        "the request topic's own fnmatch patterns of callback topics, comma-separated",
     ),
     EnvVar(
         "TIMERS_DENIED_CALLBACK_TOPICS",
@@ -335,6 +360,7 @@ WORKER_ENV: tuple[EnvVar, ...] = (
     EnvVar(
         "TIMERS_REBALANCE_TIMEOUT_S", profile_default("rebalance_timeout_s"), "rebalance timeout, seconds"
     ),
+    *REGISTRY_ENV,
 )
 
 

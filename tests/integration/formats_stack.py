@@ -5,6 +5,7 @@ from __future__ import annotations
 import sys
 import uuid
 from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -56,13 +57,9 @@ def _module_spawn(directory: Path, services: list[Service]):
     return spawn
 
 
-def formats_stack(broker_env: dict[str, str], directory: Path) -> Iterator[FormatsStack]:
-    """A running worker and oscillator whose request topics are native, etf1 and countdown."""
-    env = fresh_env(broker_env)
-    suffix = uuid.uuid4().hex[:8]
-    etf1, countdown = f"schedules-{suffix}", f"delays-{suffix}"
-    env["TIMERS_INGRESS_TOPICS"] = f"{etf1}=etf1,{countdown}=countdown"
-    create_topics(CommonConfig.from_env(env))
+@contextmanager
+def module_stack(env: dict[str, str], directory: Path) -> Iterator[Stack]:
+    """A running worker and oscillator for a test module, with ``env`` (its topics created)."""
     services: list[Service] = []
     stack = Stack(env=env, spawn=_module_spawn(directory, services), data_dir=directory / "worker-data")
     try:
@@ -72,11 +69,22 @@ def formats_stack(broker_env: dict[str, str], directory: Path) -> Iterator[Forma
         except Exception:
             print_logs(stack)
             raise
-        yield FormatsStack(stack, etf1, countdown)
+        yield stack
     finally:
         for service in services:
             service.stop(timeout_s=10)
         stack.close()
+
+
+def formats_stack(broker_env: dict[str, str], directory: Path) -> Iterator[FormatsStack]:
+    """A running worker and oscillator whose request topics are native, etf1 and countdown."""
+    env = fresh_env(broker_env)
+    suffix = uuid.uuid4().hex[:8]
+    etf1, countdown = f"schedules-{suffix}", f"delays-{suffix}"
+    env["TIMERS_INGRESS_TOPICS"] = f"{etf1}=etf1,{countdown}=countdown"
+    create_topics(CommonConfig.from_env(env))
+    with module_stack(env, directory) as stack:
+        yield FormatsStack(stack, etf1, countdown)
 
 
 def print_logs(stack: Stack) -> None:
