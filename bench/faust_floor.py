@@ -57,7 +57,7 @@ def run_agent(topic: str, expect: int, out: Path, data_dir: Path) -> None:
     async def drain(stream: Any) -> None:
         seen = 0
         samples: list[tuple[float, int]] = [(time.time(), 0)]
-        # Faust's per-event stream, batched (the worker itself no longer takes this path).
+        # Faust's per-event stream, batched (the worker's own transport bypasses it).
         async for events in stream.noack_take(config.ingest_batch_size, 0.05):
             for event in events:
                 await stream.ack(event)

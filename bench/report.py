@@ -212,7 +212,7 @@ def capacity_table(runs: Runs) -> list[str]:
 
 def targets_section(runs: Runs, out_dir: Path | None = None) -> list[str]:
     """The targets' verdicts; the 10 M ones from ``out_dir``'s capacity report when these runs loaded less."""
-    rows = ["| target (issue 11) | measured | verdict |", "|---|---|---|"]
+    rows = ["| target | measured | verdict |", "|---|---|---|"]
     profiled = {p.phase: p for p in runs[0].profiles}
     capacity = out_dir / PLOT_DIR / "capacity.md" if out_dir is not None else None
     apart = read_report(capacity.read_text()) if capacity is not None and capacity.exists() else []

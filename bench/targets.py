@@ -1,4 +1,4 @@
-"""The targets of issue 11, checked against the runs' figures (the median over the runs).
+"""The service's performance targets, checked against the runs' figures (the median over the runs).
 
 Per worker process, ratios from the same run. A target whose measurement this run
 did not make (precise mode unavailable, a profile without 10 M pending) is "not

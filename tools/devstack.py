@@ -9,8 +9,9 @@ Stops on Ctrl-C, SIGTERM, or after ``RUN_SECONDS`` seconds (counted from start)
 and exits 0. If the worker, the oscillator or the broker dies on its own, prints
 the tail of its log and exits 1.
 
-The broker keeps everything in memory: every run is a brand new cluster, so the
-worker gets a fresh data directory every run (see ../shared/STACK.md, quirk 9).
+The broker keeps everything in memory: every run is a brand new cluster, and a worker
+whose data directory remembers an older one fails its table recovery, so the worker
+gets a fresh data directory every run.
 Everything a run writes is under ``run/`` (the logs and ``data-<timestamp>/``);
 ``make clean`` removes it.
 """
