@@ -22,7 +22,6 @@ import psutil
 from confluent_kafka import KafkaError, KafkaException
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from futures.worker.config import WorkerConfig
 from ktimers.broker import EmbeddedBroker, free_port, start_broker
 from ktimers.config import CommonConfig
 from ktimers.topics import create_topics
@@ -171,11 +170,6 @@ def parse_metrics(body: str) -> dict[str, float]:
             name, _, value = line.rpartition(" ")
             samples[name] = float(value)
     return samples
-
-
-def precise_mode_available() -> bool:
-    """True when this worker build reads ``TIMERS_PRECISE`` (its config changes with it)."""
-    return WorkerConfig.from_env(PRECISE_ENV) != WorkerConfig.from_env({})
 
 
 @dataclass

@@ -40,6 +40,8 @@ from pathlib import Path
 from confluent_kafka import OFFSET_END, Consumer, TopicPartition
 
 from bench.cluster import REPO, BenchError, Broker, instance_env, open_broker
+from bench.render import render
+from bench.results import FailoverKind, FailoverRun, FailoverStep, store
 from futures.client import TimerClient, TimerSpec
 from futures.client.partitioner import crc32_partition
 from futures.worker.config import WorkerConfig
@@ -341,82 +343,46 @@ def group_settings(env: Mapping[str, str]) -> str:
     return f"session {session:g} s, heartbeat {heartbeat:g} s, rebalance {rebalance:g} s"
 
 
-def table(rounds: list[Round]) -> list[str]:
-    lines = [
-        "| what | rounds | all its partitions back (median) | worst round | first partition back (median) |",
-        "|---|---|---|---|---|",
-    ]
-    labels = {
-        "takeover": "SIGKILL → a survivor fires the dead worker's partitions",
-        "restart": "SIGKILL → the restarted worker (same data dir) fires again",
-    }
-    for kind, label in labels.items():
+def kinds(rounds: list[Round]) -> list[FailoverKind]:
+    """Per kind of round: how long its partitions stayed silent, median and worst over the rounds."""
+    found = []
+    for kind in STEPS:
         mine = [r for r in rounds if r.kind == kind]
-        if not mine:
-            continue
-        worst = [r.worst_s for r in mine]
-        best = [r.best_s for r in mine]
-        lines.append(
-            f"| {label} | {len(mine)} | {statistics.median(worst):.1f} s | {max(worst):.1f} s "
-            f"| {statistics.median(best):.1f} s |"
-        )
-    return lines
+        if mine:
+            worst = [r.worst_s for r in mine]
+            best = [r.best_s for r in mine]
+            found.append(
+                FailoverKind(kind, len(mine), statistics.median(worst), max(worst), statistics.median(best))
+            )
+    return found
 
 
-def steps_table(rounds: list[Round]) -> list[str]:
+def steps(rounds: list[Round]) -> list[FailoverStep]:
     """Seconds after the kill at which each step was logged: median and range over the rounds, per kind."""
-    lines = ["| round | step | seconds after the SIGKILL (median) | range |", "|---|---|---|---|"]
-    for kind, steps in STEPS.items():
+    found = []
+    for kind, patterns in STEPS.items():
         mine = [r for r in rounds if r.kind == kind]
         if not mine:
             continue
-        for step in [*(name for name, _ in steps), LAST_STEP]:
+        for step in [*(name for name, _ in patterns), LAST_STEP]:
             values = [r.worst_s * 1000 if step == LAST_STEP else r.steps.get(step) for r in mine]
             known = [v / 1000 for v in values if v is not None]
             if len(known) < len(mine):  # a line not found in some round's log: no median to show
-                lines.append(f"| {kind} | {step} | — | |")
-                continue
-            lines.append(
-                f"| {kind} | {step} | {statistics.median(known):.2f} | {min(known):.2f}–{max(known):.2f} |"
-            )
-    return lines
+                found.append(FailoverStep(kind, step, None))
+            else:
+                found.append(FailoverStep(kind, step, statistics.median(known), min(known), max(known)))
+    return found
 
 
 def load() -> str:
     return ", ".join(f"{x:.2f}" for x in os.getloadavg())
 
 
-def write_report(
-    path: Path, broker: Broker, settings: str, rounds: list[Round], command: str, loads: tuple[str, str]
-) -> None:
-    text = path.read_text() if path.exists() else ""
-    begin, end = "<!-- failover:begin -->", "<!-- failover:end -->"
-    body = "\n".join(
-        [
-            begin,
-            f"Measured by `{command}` on {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}: "
-            f"{broker.describe(address=False)}, {PARTITIONS} partitions, one timer due every "
-            f"{EVERY_S * 1000:.0f} ms in every partition, group timeouts {settings}; "
-            f"load average {loads[0]} before the run, {loads[1]} after ({os.cpu_count()} cores).",
-            "",
-            *table(rounds),
-            "",
-            *steps_table(rounds),
-            end,
-        ]
-    )
-    if begin in text and end in text:
-        text = text[: text.index(begin)] + body + text[text.index(end) + len(end) :]
-    else:
-        text = text.rstrip("\n") + ("\n\n" if text else "") + body + "\n"
-    path.write_text(text)
-
-
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.failover", description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=3, help="kills of each kind (default: 3)")
     parser.add_argument(
-        "--out", type=Path, default=REPO / "docs" / "FAILOVER.md", help="report (default: docs/FAILOVER.md)"
+        "--out", type=Path, default=REPO / "docs", help="docs directory to update (default: docs)"
     )
     parser.add_argument(
         "--work", type=Path, default=None, help="logs and worker data (default: run/failover-<time>)"
@@ -454,9 +420,21 @@ def main(argv: list[str] | None = None) -> int:
         except (BenchError, ChildDied, subprocess.SubprocessError) as exc:
             print(f"failover: {exc}; logs in {work}", file=sys.stderr)
             return 1
-    print("\n".join([*table(rounds), "", *steps_table(rounds)]))
-    write_report(args.out, broker, settings, rounds, command, (load_before, load()))
-    print(f"written to {args.out}; logs in {work}")
+    run = FailoverRun(
+        command=command,
+        when=time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+        broker=broker.describe(address=False),
+        partitions=PARTITIONS,
+        every_ms=EVERY_S * 1000,
+        settings=settings,
+        load_before=load_before,
+        load_after=load(),
+        cores=os.cpu_count() or 0,
+        kinds=kinds(rounds),
+        steps=steps(rounds),
+    )
+    store(args.out, "failover", run)
+    print(f"written: {', '.join(map(str, render(args.out)))}; logs in {work}")
     return 0
 
 
