@@ -49,7 +49,8 @@ from ktimers.broker import free_port
 from ktimers.config import BrokerProfile, CommonConfig, ProfileSettings
 from ktimers.topics import create_topics
 from ktimers.wire import H_FIRED_MS, H_ID, header_value
-from tools.devstack import Child, ChildDied, record_headers
+from tools.devstack import record_headers
+from tools.stack import ChildDied, Service, SpawnFn, spawner
 
 PARTITIONS = 4
 EVERY_S = 0.1  # one timer due this often in every partition (seconds)
@@ -124,8 +125,7 @@ class Worker:
     data_dir: Path
     port: int
     instance_id: str
-    child: Child | None = None
-    starts: int = 0
+    service: Service | None = None
 
     def held(self) -> list[int]:
         status, partitions = readiness(self.port)
@@ -141,34 +141,42 @@ class Instance:
     env: dict[str, str] = field(default_factory=dict)
     callback_topic: str = ""
     workers: list[Worker] = field(default_factory=list)
-    children: list[Child] = field(default_factory=list)
+    services: list[Service] = field(default_factory=list)
     #: Workers run with static membership (``TIMERS_INSTANCE_ID``).
     static: bool = True
 
     def start(self, worker_env: Mapping[str, str]) -> None:
-        self.env = {**self.broker.child_env(), **worker_env, **instance_env("failover", PARTITIONS)}
+        self.env = {
+            **self.broker.child_env(keep_tuning=False),
+            **worker_env,
+            **instance_env("failover", PARTITIONS),
+        }
         create_topics(CommonConfig.from_env(self.env))
         self.callback_topic = self.broker.create_topic("failover-callbacks")
-        osc_env = {**self.env, "TIMERS_OSC_HEALTH_PORT": str(free_port())}
-        self.children.append(
-            Child.start("oscillator", ["-m", "oscillator.main"], osc_env, self.work / "oscillator.log", REPO)
+        self.spawn(
+            "oscillator", ["-m", "oscillator.main"], {**self.env, "TIMERS_OSC_HEALTH_PORT": str(free_port())}
         )
         for name in ("a", "b"):
             self.workers.append(Worker(name, self.work / f"data-{name}", free_port(), f"worker-{name}"))
 
+    @property
+    def spawn(self) -> SpawnFn:
+        return spawner(self.work, self.services, inherit_env=False, own_session=True)
+
     def start_worker(self, worker: Worker) -> None:
-        env = {
-            **self.env,
-            "TIMERS_DATA_DIR": str(worker.data_dir),
-            "TIMERS_WEB_PORT": str(worker.port),
-        }
-        if self.static:
-            env["TIMERS_INSTANCE_ID"] = worker.instance_id
-        worker.starts += 1
-        log = self.work / f"worker-{worker.name}-{worker.starts}.log"
-        child = Child.start(f"worker-{worker.name}", ["-m", "futures.worker.main"], env, log, REPO)
-        worker.child = child
-        self.children.append(child)
+        """Start the worker, or start it again on its data dir (its log goes on in the same file)."""
+        if worker.service is None:
+            env = {
+                **self.env,
+                "TIMERS_DATA_DIR": str(worker.data_dir),
+                "TIMERS_WEB_PORT": str(worker.port),
+            }
+            if self.static:
+                env["TIMERS_INSTANCE_ID"] = worker.instance_id
+            worker.service = self.spawn(
+                f"worker-{worker.name}", ["-m", "futures.worker.main"], env, start=False
+            )
+        worker.service.start()
 
     def wait_split(self, workers: list[Worker], timeout_s: float = READY_TIMEOUT_S) -> None:
         """Wait until ``workers`` are ready and hold every partition once between them."""
@@ -178,23 +186,23 @@ class Instance:
             if sorted(sum(held, [])) == list(range(PARTITIONS)) and all(held):
                 return
             for w in workers:
-                if w.child is not None:
-                    w.child.check()
+                if w.service is not None:
+                    w.service.check()
             if time.monotonic() > deadline:
                 raise BenchError(f"partitions never split between {[w.name for w in workers]}: {held}")
             time.sleep(0.1)
 
     def kill(self, worker: Worker) -> int:
         """SIGKILL ``worker``; the kill time (epoch ms)."""
-        assert worker.child is not None  # noqa: S101 - started before
-        worker.child.process.kill()
+        assert worker.service is not None and worker.service.process is not None  # noqa: S101 - started
+        worker.service.process.kill()
         killed = now_ms()
-        worker.child.process.wait()
+        worker.service.process.wait()
         return killed
 
     def stop(self) -> None:
-        for child in reversed(self.children):
-            child.stop(timeout_s=10)
+        for service in reversed(self.services):
+            service.stop(timeout_s=10)
 
 
 @contextmanager
@@ -259,8 +267,8 @@ class Timers:
                 silent = sorted(partitions - set(first))
                 raise BenchError(f"partitions {silent} did not fire within {timeout_s}s")
             for w in check:
-                if w.child is not None:
-                    w.child.check()
+                if w.service is not None:
+                    w.service.check()
             for msg in self._consumer.consume(10_000, timeout=0.05):
                 if msg.error() is not None:
                     continue
@@ -309,8 +317,8 @@ def takeover_rounds(inst: Instance, timers: Timers, rounds: int) -> list[Round]:
         held = set(victim.held())
         killed = inst.kill(victim)
         first = timers.first_fired_after(killed, held, BACK_TIMEOUT_S, [survivor])
-        assert survivor.child is not None  # noqa: S101 - started before
-        steps = log_steps(survivor.child.log, "takeover", killed)
+        assert survivor.service is not None  # noqa: S101 - started before
+        steps = log_steps(survivor.service.log, "takeover", killed)
         results.append(Round("takeover", sorted(held), {p: t - killed for p, t in first.items()}, steps))
         print(results[-1].progress(n + 1, killed, f"{victim.name} "), flush=True)
         inst.start_worker(victim)
@@ -319,8 +327,8 @@ def takeover_rounds(inst: Instance, timers: Timers, rounds: int) -> list[Round]:
 
 def restart_rounds(inst: Instance, timers: Timers, rounds: int) -> list[Round]:
     a, b = inst.workers
-    assert b.child is not None  # noqa: S101 - started by the takeover rounds
-    b.child.stop()
+    assert b.service is not None  # noqa: S101 - started by the takeover rounds
+    b.service.stop()
     inst.wait_split([a])
     results = []
     for n in range(rounds):
@@ -331,8 +339,8 @@ def restart_rounds(inst: Instance, timers: Timers, rounds: int) -> list[Round]:
         inst.start_worker(a)
         everything = set(range(PARTITIONS))
         first = timers.first_fired_after(killed, everything, BACK_TIMEOUT_S, [a])
-        assert a.child is not None  # noqa: S101 - started above
-        steps = log_steps(a.child.log, "restart", killed)
+        assert a.service is not None  # noqa: S101 - started above
+        steps = log_steps(a.service.log, "restart", killed)
         results.append(Round("restart", sorted(everything), {p: t - killed for p, t in first.items()}, steps))
         print(results[-1].progress(n + 1, killed), flush=True)
     return results

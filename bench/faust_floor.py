@@ -83,7 +83,7 @@ def measure(broker: Broker, topic: str, records: int, work_dir: Path) -> Through
     ]
     with open(work_dir / "floor.log", "ab") as log:
         process = subprocess.Popen(  # noqa: S603 - our interpreter and module
-            argv, env=broker.child_env(), cwd=REPO, stdout=log, stderr=subprocess.STDOUT
+            argv, env=broker.child_env(keep_tuning=False), cwd=REPO, stdout=log, stderr=subprocess.STDOUT
         )
     try:
         deadline = time.monotonic() + TIMEOUT_S

@@ -16,6 +16,7 @@ import re
 import statistics
 from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import Any
 
 from bench.aggregate import Getter, Spread, of_fire, percent, rate, ratio, spread
 from bench.aggregate import ms as _ms
@@ -24,10 +25,15 @@ from bench.results import (
     REDIS_SYSTEMS,
     Capacity,
     CapacityRun,
+    CapacityStep,
+    FailoverKind,
     FailoverRun,
+    FailoverStep,
+    Job,
     JobsRun,
     ProfileSummary,
     Results,
+    build,
     first_fire,
     load_runs,
     read,
@@ -426,12 +432,14 @@ PAGES: dict[str, tuple[tuple[str, str], ...]] = {
 }
 
 
-def blocks(results: dict[str, object]) -> dict[str, Block]:
+def blocks(results: dict[str, Any]) -> dict[str, Block]:
     """Every block the results make (a part not measured yet makes none)."""
     made: dict[str, Block] = {}
-    capacity = CapacityRun.from_plain(results["capacity"]) if results.get("capacity") else None  # type: ignore[arg-type]
+    capacity = (
+        build(CapacityRun, results["capacity"], steps=CapacityStep) if results.get("capacity") else None
+    )
     if results.get("runs"):
-        runs = load_runs(results["runs"])  # type: ignore[arg-type]
+        runs = load_runs(results["runs"])
         made |= {
             "summary": summary_block(runs),
             "throughput": throughput_table(runs),
@@ -446,9 +454,11 @@ def blocks(results: dict[str, object]) -> dict[str, Block]:
     if capacity is not None:
         made["capacity-growth"] = capacity_growth_block(capacity)
     if results.get("jobs"):
-        made["jobs"] = jobs_block(JobsRun.from_plain(results["jobs"]))  # type: ignore[arg-type]
+        made["jobs"] = jobs_block(build(JobsRun, results["jobs"], jobs=Job))
     if results.get("failover"):
-        made["failover"] = failover_block(FailoverRun.from_plain(results["failover"]))  # type: ignore[arg-type]
+        made["failover"] = failover_block(
+            build(FailoverRun, results["failover"], kinds=FailoverKind, steps=FailoverStep)
+        )
     return made
 
 

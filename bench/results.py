@@ -197,12 +197,6 @@ class CapacityRun:
         rates = [statistics.median(s.rates) if s.rates else 0.0 for s in self.steps]
         return [None, *(b / a if a else None for a, b in zip(rates, rates[1:], strict=False))]
 
-    @classmethod
-    def from_plain(cls, data: Mapping[str, Any]) -> CapacityRun:
-        run = build(cls, data)
-        run.steps = [build(CapacityStep, s) for s in data.get("steps", [])]
-        return run
-
 
 @dataclass
 class Job:
@@ -232,12 +226,6 @@ class JobsRun:
     partitions: int
     fill_s: float
     jobs: list[Job] = field(default_factory=list)
-
-    @classmethod
-    def from_plain(cls, data: Mapping[str, Any]) -> JobsRun:
-        run = build(cls, data)
-        run.jobs = [build(Job, j) for j in data.get("jobs", [])]
-        return run
 
 
 @dataclass
@@ -282,13 +270,6 @@ class FailoverRun:
     kinds: list[FailoverKind] = field(default_factory=list)
     steps: list[FailoverStep] = field(default_factory=list)
 
-    @classmethod
-    def from_plain(cls, data: Mapping[str, Any]) -> FailoverRun:
-        run = build(cls, data)
-        run.kinds = [build(FailoverKind, k) for k in data.get("kinds", [])]
-        run.steps = [build(FailoverStep, s) for s in data.get("steps", [])]
-        return run
-
 
 def workload_title(fire: Fire) -> str:
     name = fire.workload
@@ -330,12 +311,15 @@ def store(docs: Path, part: str, value: Any) -> None:
     path.write_text(json.dumps(results, indent=2, default=str) + "\n")
 
 
-def build(cls: type[D], data: Mapping[str, Any]) -> D:
-    """A dataclass from its :func:`plain` form; keys it does not know are left out, null floats are NaN."""
+def build(cls: type[D], data: Mapping[str, Any], **lists: type) -> D:
+    """A dataclass from its :func:`plain` form; keys it does not know are left out, null floats are NaN.
+    ``lists``: fields that hold a list of dataclasses, and their class."""
     known = {f.name: f for f in dataclasses.fields(cls)}  # type: ignore[arg-type]
-    values = {}
+    values: dict[str, Any] = {}
     for name, value in data.items():
-        if name in known:
+        if name in lists:
+            values[name] = [build(lists[name], item) for item in value]
+        elif name in known:
             values[name] = math.nan if value is None and known[name].type == "float" else value
     return cls(**values)
 

@@ -8,12 +8,10 @@ cluster fails its table recovery. Production points ``KAFKA_BOOTSTRAP_SERVERS`` 
 
 from __future__ import annotations
 
-import contextlib
 import os
 import socket
 import subprocess
 import time
-from collections.abc import Iterator
 from dataclasses import dataclass
 
 from ktimers.errors import TimersError
@@ -113,12 +111,3 @@ def start_broker(port: int | None = None, log_path: str | None = None) -> Embedd
         broker.stop()
         raise
     return broker
-
-
-@contextlib.contextmanager
-def embedded_broker(log_path: str | None = None) -> Iterator[EmbeddedBroker]:
-    broker = start_broker(log_path=log_path)
-    try:
-        yield broker
-    finally:
-        broker.stop()

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import sys
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -14,7 +13,7 @@ from confluent_kafka import Producer
 from ktimers.config import CommonConfig
 from ktimers.topics import create_topics
 from tests.integration.conftest import Stack, fresh_env
-from tests.processes import Service
+from tools.stack import Service, spawner
 
 Headers = list[tuple[str, bytes]]
 
@@ -47,15 +46,6 @@ class FormatsStack:
         assert producer.flush(10) == 0 and not errors, errors
 
 
-def _module_spawn(directory: Path, services: list[Service]):
-    def spawn(name: str, args: list[str], env: dict[str, str], start: bool = True) -> Service:
-        service = Service(name, [sys.executable, *args], env, directory / f"{name}-{len(services)}.log")
-        services.append(service)
-        return service.start() if start else service
-
-    return spawn
-
-
 def formats_stack(broker_env: dict[str, str], directory: Path) -> Iterator[FormatsStack]:
     """A running worker and oscillator whose request topics are native, etf1 and countdown."""
     env = fresh_env(broker_env)
@@ -64,7 +54,7 @@ def formats_stack(broker_env: dict[str, str], directory: Path) -> Iterator[Forma
     env["TIMERS_INGRESS_TOPICS"] = f"{etf1}=etf1,{countdown}=countdown"
     create_topics(CommonConfig.from_env(env))
     services: list[Service] = []
-    stack = Stack(env=env, spawn=_module_spawn(directory, services), data_dir=directory / "worker-data")
+    stack = Stack(env=env, spawn=spawner(directory, services), data_dir=directory / "worker-data")
     try:
         try:
             stack.start_worker()
