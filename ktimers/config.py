@@ -101,7 +101,7 @@ class BrokerProfile(enum.Enum):
 class ProfileSettings:
     """Settings that differ between a real Kafka cluster and the embedded Tansu broker.
 
-    The embedded values are workarounds for the embedded broker's behaviour:
+    The embedded values work around Tansu 0.6.0's behaviour, measured against it:
 
     * ``session_timeout_s``/``heartbeat_s``/``rebalance_timeout_s``: aiokafka never
       sends LeaveGroup to Tansu, so a dead worker's member stays until its session

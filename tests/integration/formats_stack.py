@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import sys
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -15,7 +14,7 @@ from confluent_kafka import Producer
 from ktimers.config import CommonConfig
 from ktimers.topics import create_topics
 from tests.integration.conftest import Stack, fresh_env
-from tests.processes import Service
+from tools.stack import Service, spawner
 
 Headers = list[tuple[str, bytes]]
 
@@ -48,20 +47,11 @@ class FormatsStack:
         assert producer.flush(10) == 0 and not errors, errors
 
 
-def _module_spawn(directory: Path, services: list[Service]):
-    def spawn(name: str, args: list[str], env: dict[str, str], start: bool = True) -> Service:
-        service = Service(name, [sys.executable, *args], env, directory / f"{name}-{len(services)}.log")
-        services.append(service)
-        return service.start() if start else service
-
-    return spawn
-
-
 @contextmanager
 def module_stack(env: dict[str, str], directory: Path) -> Iterator[Stack]:
     """A running worker and oscillator for a test module, with ``env`` (its topics created)."""
     services: list[Service] = []
-    stack = Stack(env=env, spawn=_module_spawn(directory, services), data_dir=directory / "worker-data")
+    stack = Stack(env=env, spawn=spawner(directory, services), data_dir=directory / "worker-data")
     try:
         try:
             stack.start_worker()
