@@ -17,8 +17,8 @@ pytestmark = pytest.mark.integration
 
 Kind = TimerEvent.Kind
 
-#: Request records written just before the cancels: at ~50 k records/s of ingest, ~12 s of work.
-BACKLOG_RECORDS = 600_000
+#: Request records written just before the cancels: at ~50 k records/s of ingest, ~14 s of work.
+BACKLOG_RECORDS = 700_000
 #: Timers under test of each kind: kept, cancelled, replaced at the same due time, moved later.
 EACH = 150
 #: How long before their timers' due time the cancels and replacements are all written (s).
@@ -77,7 +77,7 @@ def wait_histogram(stack: Stack, name: str) -> dict[str, float]:
 def test_cancels_and_replacements_hold_while_the_worker_is_far_behind(running: Stack) -> None:
     reader = running.callback_topic("join")
     started = time.time()
-    due_at = int(started) + 10  # the timers under test are due in this second (and the next)
+    due_at = int(started) + 11  # the timers under test are due in this second (and the next)
     kinds = ("kept", "cancelled", "same-due", "moved")
     handles: dict[tuple[str, int], TimerHandle] = {}
     with running.client() as client:
@@ -112,39 +112,46 @@ def test_cancels_and_replacements_hold_while_the_worker_is_far_behind(running: S
 
     callbacks = reader.records
     counts = Counter(c.timer_id for c in callbacks)
+    # How far behind the worker was: when it applied the cancels (events say), how long ticks waited.
+    cancelled = {f"cancelled-{i}": handles["cancelled", i].due_ms for i in range(EACH)}
+    events = timer_events(running, set(cancelled), until=2 * EACH, timeout_s=20)
+    applied = {e.id: e.at_ms for e in events if e.kind == Kind.CANCELLED}
+    after_due = [i for i, at_ms in applied.items() if at_ms > cancelled[i]]
+    behind_s = (min(applied.values(), default=written_ms) - written_ms) / 1000
+    waits = wait_histogram(running, "timers_join_wait_seconds")
+    late = sorted(c.fired_ms - c.due_ms for c in callbacks)
+    print(
+        f"\nbacklog of {BACKLOG_RECORDS:,} records written in {backlog_s:.1f}s; cancels applied from "
+        f"{behind_s:.1f}s after they were written, {len(after_due)} of {EACH} after their timer was due; "
+        f"ticks waited {waits['sum']:.1f}s in all ({waits['count']:.0f} ticks, "
+        f"{waits['count'] - waits['2.0']:.0f} over 2s, {waits['count'] - waits['5.0']:.0f} over 5s), "
+        f"{running.metric_sum('timers_join_wait_bound_total'):.0f} past the bound; "
+        f"lateness p50 {late[len(late) // 2] / 1000:.1f}s, max {late[-1] / 1000:.1f}s; "
+        f"{sum(counts.values()) - len(counts)} repeats"
+    )
+
     missing = set(expected) - set(counts)
     assert not missing, f"{len(missing)} of {len(expected)} timers never fired, e.g. {sorted(missing)[:3]}"
-    fired_cancelled = sorted(i for i in counts if i.startswith("cancelled-"))
-    assert not fired_cancelled, f"{len(fired_cancelled)} cancelled timers fired, e.g. {fired_cancelled[:3]}"
-    old_versions = [
-        c for c in callbacks if c.timer_id.startswith(("same-due-", "moved-")) and c.value != b"v2"
-    ]
+    fired_cancelled = [c for c in callbacks if c.timer_id in cancelled]
+    assert not fired_cancelled, (
+        f"{len(fired_cancelled)} cancelled timers fired, e.g. {fired_cancelled[0]}; its events (kind, ms): "
+        f"{[(e.kind, e.at_ms) for e in events if e.id == fired_cancelled[0].timer_id]}"
+    )
+    replaced = ("same-due-", "moved-")
+    old_versions = [c for c in callbacks if c.timer_id.startswith(replaced) and c.value != b"v2"]
     assert not old_versions, f"{len(old_versions)} replaced versions fired, e.g. {old_versions[0]}"
     assert set(counts) == set(expected), f"unexpected callbacks: {sorted(set(counts) - set(expected))[:5]}"
     early = [c for c in callbacks if min(c.received_ms, c.fired_ms) < expected[c.timer_id]]
     assert not early, f"{len(early)} fired early, e.g. {early[0]}"
     assert all(c.due_ms == expected[c.timer_id] for c in callbacks), "a callback names another due time"
-
-    # The worker was behind for real: it applied the cancels only after their timers were due
-    # (without the join, those timers would have fired), and ticks waited for them.
-    cancelled = {f"cancelled-{i}" for i in range(EACH)}
-    events = timer_events(running, cancelled, until=2 * EACH, timeout_s=20)
     kinds_seen = {i: [e.kind for e in events if e.id == i] for i in cancelled}
     assert all(k == [Kind.SCHEDULED, Kind.CANCELLED] for k in kinds_seen.values()), kinds_seen
-    applied_ms = [e.at_ms for e in events if e.kind == Kind.CANCELLED]
-    behind_s = (min(applied_ms) - written_ms) / 1000
-    waits = wait_histogram(running, "timers_join_wait_seconds")
-    late = sorted(c.received_ms - expected[c.timer_id] for c in callbacks)
-    print(
-        f"\nbacklog of {BACKLOG_RECORDS:,} records written in {backlog_s:.1f}s; cancels applied "
-        f"{behind_s:.1f}s after they were written, {(min(applied_ms) - first_due_ms) / 1000:.1f}s after "
-        f"the first of their timers was due; ticks waited {waits['sum']:.1f}s in all ({waits['count']:.0f} "
-        f"ticks, {waits['count'] - waits['2.0']:.0f} over 2s, {waits['count'] - waits['5.0']:.0f} over 5s); "
-        f"lateness p50 {late[len(late) // 2] / 1000:.1f}s, max {late[-1] / 1000:.1f}s; "
-        f"{sum(counts.values()) - len(counts)} duplicates"
-    )
-    assert min(applied_ms) > max(h.due_ms for h in handles.values()), (
-        f"the worker was only {behind_s:.1f}s behind: the cancels were applied before their timers were due"
+
+    # The worker was behind for real: it applied most cancels only after their timers were due
+    # (without the join, those timers would have fired), and ticks waited for them.
+    assert len(after_due) >= EACH // 2, (
+        f"the worker was only {behind_s:.1f}s behind: {EACH - len(after_due)} of {EACH} cancels were "
+        "applied before their timers were due"
     )
     assert waits["count"] - waits["2.0"] > 0, f"no tick waited more than 2s for requests: {waits}"
     assert running.metric_sum("timers_join_wait_bound_total") == 0
