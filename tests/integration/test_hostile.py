@@ -24,7 +24,6 @@ from confluent_kafka import KafkaError, Message, Producer
 from confluent_kafka.admin import AdminClient
 
 from futures.client import TimerClient
-from ktimers.broker import free_port
 from ktimers.config import CommonConfig
 from ktimers.deadletter import H_ORIGINAL_SIZE, H_TRUNCATED
 from ktimers.topics import create_topics
@@ -47,7 +46,7 @@ from ktimers.wire import (
     header_value,
 )
 from tests.integration.conftest import WORKER_READY, Callback, Stack, TopicReader, fresh_env
-from tests.integration.test_scaling import wait_until_partitions_split
+from tests.integration.test_scaling import start_second_worker, wait_until_partitions_split
 from tests.processes import Service, SpawnFn
 from tests.raw_headers import produce_raw
 
@@ -732,14 +731,7 @@ def test_hostile_stream_survives_a_sigkill_of_one_of_two_workers(hostile_stack: 
     hs, stack = hostile_stack, hostile_stack.stack
     stack.start_worker()
     stack.start_oscillator()
-    second_port = free_port()
-    env = {
-        **stack.worker_env(),
-        "TIMERS_DATA_DIR": str(stack.data_dir.parent / "second-worker"),
-        "TIMERS_WEB_PORT": str(second_port),
-    }
-    second = stack.spawn("worker-b", ["-m", "futures.worker.main"], env)
-    second.wait_for_output(WORKER_READY, timeout_s=60)
+    second, second_port = start_second_worker(stack)
     held = wait_until_partitions_split([stack.web_port, second_port], PARTITIONS, timeout_s=60)
     assert all(held), f"one worker holds nothing: {held}"
 

@@ -12,11 +12,10 @@ from datetime import datetime
 import pytest
 
 from futures.client import TimerHandle
-from ktimers.broker import free_port
 from ktimers.wire import H_FIRED_MS, TimerEvent
-from tests.integration.conftest import WORKER_READY, Callback, Stack
+from tests.integration.conftest import Callback, Stack
 from tests.integration.test_join import timer_events
-from tests.integration.test_scaling import wait_until_partitions_split
+from tests.integration.test_scaling import start_second_worker, wait_until_partitions_split
 from tests.processes import Service
 
 pytestmark = pytest.mark.integration
@@ -150,14 +149,7 @@ def test_precise_windows_through_a_join_and_a_leave(stack: Stack) -> None:
 
     # Once the first windows are sending, a second worker joins...
     time.sleep(max(scheduled + START_S - time.time(), 0))
-    second_port = free_port()
-    env = {
-        **stack.worker_env(),
-        "TIMERS_DATA_DIR": str(stack.data_dir.parent / "second-worker"),
-        "TIMERS_WEB_PORT": str(second_port),
-    }
-    second = stack.spawn("worker-b", ["-m", "futures.worker.main"], env)
-    second.wait_for_output(WORKER_READY, timeout_s=60)
+    second, second_port = start_second_worker(stack)
     split = wait_until_partitions_split([stack.web_port, second_port], 4, timeout_s=30)
     joined_s = time.time() - scheduled
     assert all(split), f"one worker holds nothing: {split}"

@@ -40,6 +40,19 @@ def wait_until_partitions_split(ports: list[int], partitions: int, timeout_s: fl
         time.sleep(0.3)
 
 
+def start_second_worker(stack: Stack) -> tuple[Service, int]:
+    """A second worker of ``stack``'s instance, with its own data dir, started: it and its web port."""
+    port = free_port()
+    env = {
+        **stack.worker_env(),
+        "TIMERS_DATA_DIR": str(stack.data_dir.parent / "second-worker"),
+        "TIMERS_WEB_PORT": str(port),
+    }
+    second = stack.spawn("worker-b", ["-m", "futures.worker.main"], env)
+    second.wait_for_output(WORKER_READY, timeout_s=60)
+    return second, port
+
+
 def survivor_state(stack: Stack) -> dict[str, float]:
     """What to look at when a takeover failed: pending timers, clocks, ticks, requests."""
     wanted = (
@@ -53,11 +66,7 @@ def survivor_state(stack: Stack) -> dict[str, float]:
 
 
 def test_two_workers_share_the_partitions_and_one_takes_over(running: Stack) -> None:
-    second_dir = running.data_dir.parent / "second-worker"
-    second_port = free_port()
-    env = {**running.worker_env(), "TIMERS_DATA_DIR": str(second_dir), "TIMERS_WEB_PORT": str(second_port)}
-    second: Service = running.spawn("worker-b", ["-m", "futures.worker.main"], env)
-    second.wait_for_output(WORKER_READY, timeout_s=60)
+    second, second_port = start_second_worker(running)
     held = wait_until_partitions_split([running.web_port, second_port], 4, timeout_s=60)
     assert all(held), f"one worker holds nothing: {held}"
 
