@@ -56,20 +56,20 @@ redis: ## install Debian's redis-server (the benchmarks' Redis baseline) if it i
 		SUDO=$$(test "$$(id -u)" = 0 || echo sudo); \
 		$$SUDO apt-get update -qq && $$SUDO apt-get install -y -qq redis-server; }
 
-bench: $(STAMP) redis ## measure 3 times (~20 min): docs/BENCHMARKS.md, docs/bench/*.png; any Kafka: KAFKA_BOOTSTRAP_SERVERS
+bench: $(STAMP) redis ## measure 3 times (~20 min): docs/bench/results.json, BENCHMARKS.md, *.png; any Kafka: KAFKA_BOOTSTRAP_SERVERS
 	$(BIN)/python -m bench --profile quick --repeat 3
 
 bench-full: $(STAMP) redis ## the large sizes: a 1 M-timer hot second, 10 M pending timers (long)
 	$(BIN)/python -m bench --profile full
 
-bench-capacity: $(STAMP) ## one worker from few to 10 M pending timers: RSS and hot-second rate, docs/bench/capacity.md (~15 min)
+bench-capacity: $(STAMP) ## one worker from few to 10 M pending timers: RSS and hot-second rate, docs/BENCHMARKS.md (~15 min)
 	$(BIN)/python -m bench.capacity $(ARGS)
 
 failover: $(STAMP) ## SIGKILL a worker: seconds until its partitions fire again (docs/FAILOVER.md, ~3 min)
 	$(BIN)/python -m bench.failover $(ARGS)
 
 RECORDS ?= 10000000
-bench-jobs: $(STAMP) ## compaction speed of a 10 M-record log with 1, 2, 4 Spark tasks: docs/bench/jobs.md (RECORDS=N)
+bench-jobs: $(STAMP) ## compaction speed of a 10 M-record log with 1, 2, 4 Spark tasks: docs/BENCHMARKS.md (RECORDS=N)
 	$(BIN)/python -m bench.jobs --records $(RECORDS)
 
 java: ## install Java 17 for PySpark (Debian's openjdk-17-jre-headless) if java is missing or older

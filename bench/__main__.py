@@ -1,4 +1,4 @@
-"""``python -m bench [--profile smoke|quick|full] [--repeat N]``: measure, then write the report."""
+"""``python -m bench [--profile smoke|quick|full] [--repeat N]``: measure, then render docs/BENCHMARKS.md."""
 
 from __future__ import annotations
 
@@ -24,7 +24,7 @@ def main(argv: list[str] | None = None) -> int:
         "--out",
         type=Path,
         default=REPO / "docs",
-        help="where BENCHMARKS.md and bench/*.png go (default: docs)",
+        help="docs directory: bench/results.json, bench/*.png and BENCHMARKS.md (default: docs)",
     )
     parser.add_argument(
         "--repeat",
@@ -42,9 +42,9 @@ def main(argv: list[str] | None = None) -> int:
     command = "python -m bench " + " ".join(
         shlex.quote(a) for a in (argv if argv is not None else sys.argv[1:])
     )
-    runs, path = run(PROFILES[args.profile], args.out, work, command.strip(), args.repeat)
+    runs, pages = run(PROFILES[args.profile], args.out, work, command.strip(), args.repeat)
     minutes = sum(r.duration_s for r in runs) / 60
-    print(f"report: {path} ({minutes:.1f} min); logs and raw data: {work}", flush=True)
+    print(f"written: {', '.join(map(str, pages))} ({minutes:.1f} min); logs and raw data: {work}", flush=True)
     errors = sum(len(r.errors) for r in runs)
     if errors:
         print(f"{errors} measurement(s) failed: see the report's Errors section", file=sys.stderr)

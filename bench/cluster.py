@@ -1,9 +1,10 @@
 """Where a run happens: one broker, and service instances (worker + oscillator) on it.
 
-The broker is the embedded Tansu one on 127.0.0.1 unless ``KAFKA_BOOTSTRAP_SERVERS``
-names a cluster. Every service instance gets its own topics and app id, so
-measurements never see each other's records. Services run as child processes
-(the way ``make run`` starts them) and are stopped by whoever started them.
+Both are :mod:`tools.stack`'s, as for ``make run`` and the integration tests: the broker is
+the embedded Tansu one on 127.0.0.1 unless ``KAFKA_BOOTSTRAP_SERVERS`` names a cluster;
+every service instance gets its own topics and app id, so measurements never see each
+other's records; services run as child processes with their default settings (inherited
+``TIMERS_*`` tuning is dropped) and are stopped by whoever started them.
 """
 
 from __future__ import annotations
@@ -12,23 +13,17 @@ import contextlib
 import os
 import threading
 import time
-import urllib.request
 import uuid
 from collections.abc import Callable, Iterator, Mapping
-from dataclasses import dataclass, field
 from pathlib import Path
 
 import psutil
 from confluent_kafka import KafkaError, KafkaException
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from futures.worker.config import WorkerConfig
-from ktimers.broker import EmbeddedBroker, free_port, start_broker
-from ktimers.config import CommonConfig
-from ktimers.topics import create_topics
-from tools.devstack import Child, advanced_ticks
+from tools import stack
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = stack.REPO
 PARTITIONS = 4
 #: Worker start to first tick processed: ~5 s measured on the embedded broker (seconds).
 READY_TIMEOUT_S = 120.0
@@ -40,43 +35,14 @@ class BenchError(Exception):
     """A measurement could not be made; the message says why."""
 
 
-@dataclass
-class Broker:
-    """The broker of this run and the environment that points clients at it."""
-
-    env: dict[str, str]
-    embedded: EmbeddedBroker | None
-
-    @property
-    def common(self) -> CommonConfig:
-        return CommonConfig.from_env(self.env)
-
-    @property
-    def bootstrap(self) -> str:
-        return self.env["KAFKA_BOOTSTRAP_SERVERS"]
-
-    def describe(self, address: bool = True) -> str:
-        """What the broker is; ``address=False`` leaves out the embedded one's port (random each run)."""
-        if self.embedded is not None:
-            where = f" on {self.bootstrap}" if address else ""
-            return f"embedded Tansu{where} (memory storage)"
-        return f"external cluster at {self.bootstrap} (profile {self.env['TIMERS_BROKER_PROFILE']})"
+class Broker(stack.Broker):
+    """The broker of a run (:class:`tools.stack.Broker`), with what the benchmarks read of it."""
 
     def rss_bytes(self) -> int | None:
         """Resident memory of the embedded broker (None for an external one)."""
         if self.embedded is None:
             return None
         return tree_rss_bytes(self.embedded.process.pid)
-
-    def child_env(self) -> dict[str, str]:
-        """Our environment, minus anything that would change what is measured.
-
-        Inherited ``TIMERS_*`` tuning is dropped (the service runs with its defaults),
-        and so are ``KAFKA_*`` settings when the broker is the embedded one.
-        """
-        drop = ("TIMERS_", "KAFKA_") if self.embedded is not None else ("TIMERS_",)
-        base = {k: v for k, v in os.environ.items() if not k.startswith(drop)}
-        return {**base, **self.env}
 
     def create_topic(self, base: str, partitions: int = PARTITIONS) -> str:
         """A new topic named ``<base>-<random>``; returns its name."""
@@ -95,32 +61,14 @@ class Broker:
 
 def instance_env(prefix: str, partitions: int) -> dict[str, str]:
     """Topic names and app id of a fresh service instance on a shared broker (``<prefix>-...-<random>``)."""
-    suffix = uuid.uuid4().hex[:8]
-    return {
-        "TIMERS_TOPIC_OSCILLATOR": f"{prefix}-oscillator-{suffix}",
-        "TIMERS_TOPIC_REQUEST": f"{prefix}-timer-request-{suffix}",
-        "TIMERS_TOPIC_EVENTS": f"{prefix}-timer-events-{suffix}",
-        "TIMERS_TOPIC_DLQ": f"{prefix}-timer-request-dlq-{suffix}",
-        "TIMERS_PARTITIONS": str(partitions),
-        "TIMERS_APP_ID": f"{prefix}-{suffix}",
-    }
+    return stack.instance_env(f"{prefix}-", partitions)
 
 
 @contextlib.contextmanager
 def open_broker(log_dir: Path) -> Iterator[Broker]:
     """The run's broker: ``KAFKA_BOOTSTRAP_SERVERS`` if set, else an embedded one (stopped at exit)."""
-    external = os.environ.get("KAFKA_BOOTSTRAP_SERVERS")
-    if external:
-        env = {k: v for k, v in os.environ.items() if k.startswith("KAFKA_")}
-        env["TIMERS_BROKER_PROFILE"] = os.environ.get("TIMERS_BROKER_PROFILE", "cluster")
-        yield Broker(env=env, embedded=None)
-        return
-    log_dir.mkdir(parents=True, exist_ok=True)
-    embedded = start_broker(log_path=str(log_dir / "tansu.log"))
-    try:
-        yield Broker(env=embedded.env(), embedded=embedded)
-    finally:
-        embedded.stop()
+    with stack.open_broker(log_dir / "tansu.log") as broker:
+        yield Broker(broker.env, broker.embedded, broker.log)
 
 
 def exit_with_parent(before_exit: Callable[[], None] | None = None) -> None:
@@ -163,111 +111,15 @@ def disk_bytes(path: Path) -> int:
     return total
 
 
-def parse_metrics(body: str) -> dict[str, float]:
-    """Prometheus text → {``name{labels}``: value}."""
-    samples = {}
-    for line in body.splitlines():
-        if line and not line.startswith("#"):
-            name, _, value = line.rpartition(" ")
-            samples[name] = float(value)
-    return samples
-
-
-def precise_mode_available() -> bool:
-    """True when this worker build reads ``TIMERS_PRECISE`` (its config changes with it)."""
-    return WorkerConfig.from_env(PRECISE_ENV) != WorkerConfig.from_env({})
-
-
-@dataclass
-class ServiceStack:
-    """One kafka-timers instance: its own topics and app id, one worker, one oscillator."""
-
-    broker: Broker
-    work_dir: Path
-    name: str
-    worker_env: Mapping[str, str] = field(default_factory=dict)
-    env: dict[str, str] = field(default_factory=dict)
-    worker: Child | None = None
-    oscillator: Child | None = None
-    web_port: int = 0
-
-    @property
-    def common(self) -> CommonConfig:
-        return CommonConfig.from_env(self.env)
-
-    @property
-    def data_dir(self) -> Path:
-        return self.work_dir / f"{self.name}-data"
-
-    @property
-    def metrics_url(self) -> str:
-        return f"http://127.0.0.1:{self.web_port}/metrics"
-
-    def start(self) -> ServiceStack:
-        """Create the topics, start the oscillator and the worker, wait until a tick was processed."""
-        self.env = {**self.broker.child_env(), **instance_env(f"bench-{self.name}", PARTITIONS)}
-        create_topics(self.common)
-        self.data_dir.mkdir(parents=True, exist_ok=True)
-        self.web_port = free_port()
-        osc_env = {**self.env, "TIMERS_OSC_HEALTH_PORT": str(free_port())}
-        self.oscillator = Child.start(
-            "oscillator",
-            ["-m", "oscillator.main"],
-            osc_env,
-            self.work_dir / f"{self.name}-oscillator.log",
-            REPO,
-        )
-        worker_env = {
-            **self.env,
-            **self.worker_env,
-            "TIMERS_DATA_DIR": str(self.data_dir),
-            "TIMERS_WEB_PORT": str(self.web_port),
-        }
-        self.worker = Child.start(
-            "worker",
-            ["-m", "futures.worker.main"],
-            worker_env,
-            self.work_dir / f"{self.name}-worker.log",
-            REPO,
-        )
-        deadline = time.monotonic() + READY_TIMEOUT_S
-        while advanced_ticks(self.metrics_url) <= 0:
-            self.check()
-            if time.monotonic() > deadline:
-                raise BenchError(f"{self.name}: the worker processed no tick within {READY_TIMEOUT_S:g}s")
-            time.sleep(0.2)
-        return self
-
-    def check(self) -> None:
-        """Raise if the worker or the oscillator died."""
-        for child in (self.worker, self.oscillator):
-            if child is not None and child.process.poll() is not None:
-                tail = child.log.read_text(errors="replace")[-3000:]
-                raise BenchError(f"{self.name}: {child.name} exited ({child.process.returncode}):\n{tail}")
-
-    def metrics(self) -> dict[str, float]:
-        with urllib.request.urlopen(self.metrics_url, timeout=5) as response:  # noqa: S310 - our own http URL
-            return parse_metrics(response.read().decode())
-
-    def metric_sum(self, name: str) -> float:
-        """Sum of a metric over its labels."""
-        return sum(v for k, v in self.metrics().items() if k == name or k.startswith(name + "{"))
-
-    def wait_metric(self, name: str, at_least: float, timeout_s: float) -> float:
-        """Wait until ``metric_sum(name) >= at_least``; return the value (may be short on timeout)."""
-        deadline = time.monotonic() + timeout_s
-        value = self.metric_sum(name)
-        while value < at_least and time.monotonic() < deadline:
-            self.check()
-            time.sleep(0.2)
-            value = self.metric_sum(name)
-        return value
+class ServiceStack(stack.Stack):
+    """One kafka-timers instance of a run (:class:`tools.stack.Stack`): its own topics and app id,
+    one worker, one oscillator; with what the benchmarks read of them."""
 
     @property
     def worker_pid(self) -> int:
         if self.worker is None:
-            raise BenchError(f"{self.name}: the worker is not running")
-        return self.worker.process.pid
+            raise BenchError("the worker is not running")
+        return self.worker.pid
 
     def worker_rss_bytes(self) -> int:
         return tree_rss_bytes(self.worker_pid)
@@ -275,18 +127,33 @@ class ServiceStack:
     def data_bytes(self) -> int:
         return disk_bytes(self.data_dir)
 
-    def stop(self) -> None:
-        for child in (self.worker, self.oscillator):
-            if child is not None:
-                child.stop()
+    def wait_metric(self, name: str, at_least: float, timeout_s: float) -> float:
+        """Wait until ``metric_sum(name) >= at_least``; return the value (may be short on timeout)."""
+        return self.poll_metric(name, lambda value: value >= at_least, timeout_s, check=True)
 
 
 @contextlib.contextmanager
 def service_stack(
     broker: Broker, work_dir: Path, name: str, worker_env: Mapping[str, str] | None = None
 ) -> Iterator[ServiceStack]:
-    stack = ServiceStack(broker, work_dir, name, worker_env=dict(worker_env or {}))
+    """Create the topics, start the oscillator and the worker, wait until a tick was processed;
+    stop them at exit."""
+    services: list[stack.Service] = []
+    env = {**broker.child_env(keep_tuning=False), **instance_env(f"bench-{name}", PARTITIONS)}
+    logs = work_dir / name  # this instance's logs and worker data
+    logs.mkdir(parents=True, exist_ok=True)
+    spawn = stack.spawner(logs, services, inherit_env=False, own_session=True)
+    service = ServiceStack(env, spawn, logs / "data").create_topics()
+    service.data_dir.mkdir(exist_ok=True)
     try:
-        yield stack.start()
+        service.start_oscillator(wait=False)
+        service.worker = spawn(
+            "worker", ["-m", "futures.worker.main"], {**service.worker_env(), **(worker_env or {})}
+        )
+        try:
+            service.wait_for_tick(READY_TIMEOUT_S)
+        except (stack.ChildDied, TimeoutError) as exc:
+            raise BenchError(f"{name}: {exc}") from exc
+        yield service
     finally:
-        stack.stop()
+        service.stop()

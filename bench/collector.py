@@ -123,7 +123,7 @@ class Collector:
             str(self.out),
         ]
         self._process = subprocess.Popen(  # noqa: S603 - our interpreter and module
-            argv, env=self.broker.child_env(), cwd=REPO, stdout=subprocess.PIPE, text=True
+            argv, env=self.broker.child_env(keep_tuning=False), cwd=REPO, stdout=subprocess.PIPE, text=True
         )
         assert self._process.stdout is not None  # noqa: S101 - PIPE above
         line = self._process.stdout.readline()

@@ -40,6 +40,8 @@ from pathlib import Path
 from confluent_kafka import OFFSET_END, Consumer, TopicPartition
 
 from bench.cluster import REPO, BenchError, Broker, instance_env, open_broker
+from bench.render import render
+from bench.results import FailoverKind, FailoverRun, FailoverStep, store
 from futures.client import TimerClient, TimerSpec
 from futures.client.partitioner import crc32_partition
 from futures.worker.config import WorkerConfig
@@ -47,7 +49,8 @@ from ktimers.broker import free_port
 from ktimers.config import BrokerProfile, CommonConfig, ProfileSettings
 from ktimers.topics import create_topics
 from ktimers.wire import H_FIRED_MS, H_ID, header_value
-from tools.devstack import Child, ChildDied, record_headers
+from tools.devstack import record_headers
+from tools.stack import ChildDied, Service, SpawnFn, spawner
 
 PARTITIONS = 4
 EVERY_S = 0.1  # one timer due this often in every partition (seconds)
@@ -122,8 +125,7 @@ class Worker:
     data_dir: Path
     port: int
     instance_id: str
-    child: Child | None = None
-    starts: int = 0
+    service: Service | None = None
 
     def held(self) -> list[int]:
         status, partitions = readiness(self.port)
@@ -139,34 +141,42 @@ class Instance:
     env: dict[str, str] = field(default_factory=dict)
     callback_topic: str = ""
     workers: list[Worker] = field(default_factory=list)
-    children: list[Child] = field(default_factory=list)
+    services: list[Service] = field(default_factory=list)
     #: Workers run with static membership (``TIMERS_INSTANCE_ID``).
     static: bool = True
 
     def start(self, worker_env: Mapping[str, str]) -> None:
-        self.env = {**self.broker.child_env(), **worker_env, **instance_env("failover", PARTITIONS)}
+        self.env = {
+            **self.broker.child_env(keep_tuning=False),
+            **worker_env,
+            **instance_env("failover", PARTITIONS),
+        }
         create_topics(CommonConfig.from_env(self.env))
         self.callback_topic = self.broker.create_topic("failover-callbacks")
-        osc_env = {**self.env, "TIMERS_OSC_HEALTH_PORT": str(free_port())}
-        self.children.append(
-            Child.start("oscillator", ["-m", "oscillator.main"], osc_env, self.work / "oscillator.log", REPO)
+        self.spawn(
+            "oscillator", ["-m", "oscillator.main"], {**self.env, "TIMERS_OSC_HEALTH_PORT": str(free_port())}
         )
         for name in ("a", "b"):
             self.workers.append(Worker(name, self.work / f"data-{name}", free_port(), f"worker-{name}"))
 
+    @property
+    def spawn(self) -> SpawnFn:
+        return spawner(self.work, self.services, inherit_env=False, own_session=True)
+
     def start_worker(self, worker: Worker) -> None:
-        env = {
-            **self.env,
-            "TIMERS_DATA_DIR": str(worker.data_dir),
-            "TIMERS_WEB_PORT": str(worker.port),
-        }
-        if self.static:
-            env["TIMERS_INSTANCE_ID"] = worker.instance_id
-        worker.starts += 1
-        log = self.work / f"worker-{worker.name}-{worker.starts}.log"
-        child = Child.start(f"worker-{worker.name}", ["-m", "futures.worker.main"], env, log, REPO)
-        worker.child = child
-        self.children.append(child)
+        """Start the worker, or start it again on its data dir (its log goes on in the same file)."""
+        if worker.service is None:
+            env = {
+                **self.env,
+                "TIMERS_DATA_DIR": str(worker.data_dir),
+                "TIMERS_WEB_PORT": str(worker.port),
+            }
+            if self.static:
+                env["TIMERS_INSTANCE_ID"] = worker.instance_id
+            worker.service = self.spawn(
+                f"worker-{worker.name}", ["-m", "futures.worker.main"], env, start=False
+            )
+        worker.service.start()
 
     def wait_split(self, workers: list[Worker], timeout_s: float = READY_TIMEOUT_S) -> None:
         """Wait until ``workers`` are ready and hold every partition once between them."""
@@ -176,23 +186,23 @@ class Instance:
             if sorted(sum(held, [])) == list(range(PARTITIONS)) and all(held):
                 return
             for w in workers:
-                if w.child is not None:
-                    w.child.check()
+                if w.service is not None:
+                    w.service.check()
             if time.monotonic() > deadline:
                 raise BenchError(f"partitions never split between {[w.name for w in workers]}: {held}")
             time.sleep(0.1)
 
     def kill(self, worker: Worker) -> int:
         """SIGKILL ``worker``; the kill time (epoch ms)."""
-        assert worker.child is not None  # noqa: S101 - started before
-        worker.child.process.kill()
+        assert worker.service is not None and worker.service.process is not None  # noqa: S101 - started
+        worker.service.process.kill()
         killed = now_ms()
-        worker.child.process.wait()
+        worker.service.process.wait()
         return killed
 
     def stop(self) -> None:
-        for child in reversed(self.children):
-            child.stop(timeout_s=10)
+        for service in reversed(self.services):
+            service.stop(timeout_s=10)
 
 
 @contextmanager
@@ -257,8 +267,8 @@ class Timers:
                 silent = sorted(partitions - set(first))
                 raise BenchError(f"partitions {silent} did not fire within {timeout_s}s")
             for w in check:
-                if w.child is not None:
-                    w.child.check()
+                if w.service is not None:
+                    w.service.check()
             for msg in self._consumer.consume(10_000, timeout=0.05):
                 if msg.error() is not None:
                     continue
@@ -307,8 +317,8 @@ def takeover_rounds(inst: Instance, timers: Timers, rounds: int) -> list[Round]:
         held = set(victim.held())
         killed = inst.kill(victim)
         first = timers.first_fired_after(killed, held, BACK_TIMEOUT_S, [survivor])
-        assert survivor.child is not None  # noqa: S101 - started before
-        steps = log_steps(survivor.child.log, "takeover", killed)
+        assert survivor.service is not None  # noqa: S101 - started before
+        steps = log_steps(survivor.service.log, "takeover", killed)
         results.append(Round("takeover", sorted(held), {p: t - killed for p, t in first.items()}, steps))
         print(results[-1].progress(n + 1, killed, f"{victim.name} "), flush=True)
         inst.start_worker(victim)
@@ -317,8 +327,8 @@ def takeover_rounds(inst: Instance, timers: Timers, rounds: int) -> list[Round]:
 
 def restart_rounds(inst: Instance, timers: Timers, rounds: int) -> list[Round]:
     a, b = inst.workers
-    assert b.child is not None  # noqa: S101 - started by the takeover rounds
-    b.child.stop()
+    assert b.service is not None  # noqa: S101 - started by the takeover rounds
+    b.service.stop()
     inst.wait_split([a])
     results = []
     for n in range(rounds):
@@ -329,8 +339,8 @@ def restart_rounds(inst: Instance, timers: Timers, rounds: int) -> list[Round]:
         inst.start_worker(a)
         everything = set(range(PARTITIONS))
         first = timers.first_fired_after(killed, everything, BACK_TIMEOUT_S, [a])
-        assert a.child is not None  # noqa: S101 - started above
-        steps = log_steps(a.child.log, "restart", killed)
+        assert a.service is not None  # noqa: S101 - started above
+        steps = log_steps(a.service.log, "restart", killed)
         results.append(Round("restart", sorted(everything), {p: t - killed for p, t in first.items()}, steps))
         print(results[-1].progress(n + 1, killed), flush=True)
     return results
@@ -341,82 +351,46 @@ def group_settings(env: Mapping[str, str]) -> str:
     return f"session {session:g} s, heartbeat {heartbeat:g} s, rebalance {rebalance:g} s"
 
 
-def table(rounds: list[Round]) -> list[str]:
-    lines = [
-        "| what | rounds | all its partitions back (median) | worst round | first partition back (median) |",
-        "|---|---|---|---|---|",
-    ]
-    labels = {
-        "takeover": "SIGKILL → a survivor fires the dead worker's partitions",
-        "restart": "SIGKILL → the restarted worker (same data dir) fires again",
-    }
-    for kind, label in labels.items():
+def kinds(rounds: list[Round]) -> list[FailoverKind]:
+    """Per kind of round: how long its partitions stayed silent, median and worst over the rounds."""
+    found = []
+    for kind in STEPS:
         mine = [r for r in rounds if r.kind == kind]
-        if not mine:
-            continue
-        worst = [r.worst_s for r in mine]
-        best = [r.best_s for r in mine]
-        lines.append(
-            f"| {label} | {len(mine)} | {statistics.median(worst):.1f} s | {max(worst):.1f} s "
-            f"| {statistics.median(best):.1f} s |"
-        )
-    return lines
+        if mine:
+            worst = [r.worst_s for r in mine]
+            best = [r.best_s for r in mine]
+            found.append(
+                FailoverKind(kind, len(mine), statistics.median(worst), max(worst), statistics.median(best))
+            )
+    return found
 
 
-def steps_table(rounds: list[Round]) -> list[str]:
+def steps(rounds: list[Round]) -> list[FailoverStep]:
     """Seconds after the kill at which each step was logged: median and range over the rounds, per kind."""
-    lines = ["| round | step | seconds after the SIGKILL (median) | range |", "|---|---|---|---|"]
-    for kind, steps in STEPS.items():
+    found = []
+    for kind, patterns in STEPS.items():
         mine = [r for r in rounds if r.kind == kind]
         if not mine:
             continue
-        for step in [*(name for name, _ in steps), LAST_STEP]:
+        for step in [*(name for name, _ in patterns), LAST_STEP]:
             values = [r.worst_s * 1000 if step == LAST_STEP else r.steps.get(step) for r in mine]
             known = [v / 1000 for v in values if v is not None]
             if len(known) < len(mine):  # a line not found in some round's log: no median to show
-                lines.append(f"| {kind} | {step} | — | |")
-                continue
-            lines.append(
-                f"| {kind} | {step} | {statistics.median(known):.2f} | {min(known):.2f}–{max(known):.2f} |"
-            )
-    return lines
+                found.append(FailoverStep(kind, step, None))
+            else:
+                found.append(FailoverStep(kind, step, statistics.median(known), min(known), max(known)))
+    return found
 
 
 def load() -> str:
     return ", ".join(f"{x:.2f}" for x in os.getloadavg())
 
 
-def write_report(
-    path: Path, broker: Broker, settings: str, rounds: list[Round], command: str, loads: tuple[str, str]
-) -> None:
-    text = path.read_text() if path.exists() else ""
-    begin, end = "<!-- failover:begin -->", "<!-- failover:end -->"
-    body = "\n".join(
-        [
-            begin,
-            f"Measured by `{command}` on {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}: "
-            f"{broker.describe(address=False)}, {PARTITIONS} partitions, one timer due every "
-            f"{EVERY_S * 1000:.0f} ms in every partition, group timeouts {settings}; "
-            f"load average {loads[0]} before the run, {loads[1]} after ({os.cpu_count()} cores).",
-            "",
-            *table(rounds),
-            "",
-            *steps_table(rounds),
-            end,
-        ]
-    )
-    if begin in text and end in text:
-        text = text[: text.index(begin)] + body + text[text.index(end) + len(end) :]
-    else:
-        text = text.rstrip("\n") + ("\n\n" if text else "") + body + "\n"
-    path.write_text(text)
-
-
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.failover", description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=3, help="kills of each kind (default: 3)")
     parser.add_argument(
-        "--out", type=Path, default=REPO / "docs" / "FAILOVER.md", help="report (default: docs/FAILOVER.md)"
+        "--out", type=Path, default=REPO / "docs", help="docs directory to update (default: docs)"
     )
     parser.add_argument(
         "--work", type=Path, default=None, help="logs and worker data (default: run/failover-<time>)"
@@ -454,9 +428,21 @@ def main(argv: list[str] | None = None) -> int:
         except (BenchError, ChildDied, subprocess.SubprocessError) as exc:
             print(f"failover: {exc}; logs in {work}", file=sys.stderr)
             return 1
-    print("\n".join([*table(rounds), "", *steps_table(rounds)]))
-    write_report(args.out, broker, settings, rounds, command, (load_before, load()))
-    print(f"written to {args.out}; logs in {work}")
+    run = FailoverRun(
+        command=command,
+        when=time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+        broker=broker.describe(address=False),
+        partitions=PARTITIONS,
+        every_ms=EVERY_S * 1000,
+        settings=settings,
+        load_before=load_before,
+        load_after=load(),
+        cores=os.cpu_count() or 0,
+        kinds=kinds(rounds),
+        steps=steps(rounds),
+    )
+    store(args.out, "failover", run)
+    print(f"written: {', '.join(map(str, render(args.out)))}; logs in {work}")
     return 0
 
 

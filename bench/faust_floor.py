@@ -57,7 +57,7 @@ def run_agent(topic: str, expect: int, out: Path, data_dir: Path) -> None:
     async def drain(stream: Any) -> None:
         seen = 0
         samples: list[tuple[float, int]] = [(time.time(), 0)]
-        # Faust's per-event stream, batched (the worker itself no longer takes this path).
+        # Faust's per-event stream, batched (the worker's own transport bypasses it).
         async for events in stream.noack_take(config.ingest_batch_size, 0.05):
             for event in events:
                 await stream.ack(event)
@@ -83,7 +83,7 @@ def measure(broker: Broker, topic: str, records: int, work_dir: Path) -> Through
     ]
     with open(work_dir / "floor.log", "ab") as log:
         process = subprocess.Popen(  # noqa: S603 - our interpreter and module
-            argv, env=broker.child_env(), cwd=REPO, stdout=log, stderr=subprocess.STDOUT
+            argv, env=broker.child_env(keep_tuning=False), cwd=REPO, stdout=log, stderr=subprocess.STDOUT
         )
     try:
         deadline = time.monotonic() + TIMEOUT_S

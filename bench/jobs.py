@@ -1,6 +1,6 @@
 """``make bench-jobs``: how fast ``timers-compact`` compacts a large request log with 1, 2 and 4 Spark tasks.
 
-``python -m bench.jobs [--records N] [--masters local[1],local[2],local[4]] [--out docs/bench/jobs.md]``
+``python -m bench.jobs [--records N] [--masters local[1],local[2],local[4]] [--out DOCS]``
 
 Writes N request records (default 10 M; the workload of :mod:`bench.joblog`:
 80 % new timers, 10 % reschedules, 10 % cancels, a FIRED event for every fifth)
@@ -10,6 +10,8 @@ request rows per second of the whole job (plan, read, decode, classify, count,
 write the Parquet snapshot; the SparkSession start excluded), the CPU seconds the
 job took in every process (driver, JVM, Python workers), and the load average:
 the machine may be shared, and wall-clock rates only mean something next to it.
+The figures go to the ``jobs`` part of ``docs/bench/results.json``; docs/BENCHMARKS.md
+shows them.
 """
 
 from __future__ import annotations
@@ -19,12 +21,13 @@ import logging
 import os
 import tempfile
 import time
-from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 
 from bench.cluster import instance_env
 from bench.joblog import PARTITIONS, fill
+from bench.render import render
+from bench.results import Job, JobsRun, store
 from futures.jobs.compact import CompactOptions, run
 from futures.jobs.config import JobConfig
 from futures.jobs.runner import LOCAL_SHUFFLE_PARTITIONS
@@ -66,34 +69,7 @@ def tree_cpu_s(root: int | None = None, without: int | None = None) -> float:
     return total
 
 
-@dataclass(frozen=True)
-class Measured:
-    master: str
-    rows: int
-    events: int
-    pending: int
-    seconds: float
-    cpu_s: float
-    load_before: tuple[float, float, float]
-    load_after: tuple[float, float, float]
-
-    @property
-    def rate(self) -> float:
-        return self.rows / self.seconds
-
-    def row(self) -> str:
-        load = (
-            "/".join(f"{x:.1f}" for x in self.load_before)
-            + " → "
-            + "/".join(f"{x:.1f}" for x in self.load_after)
-        )
-        return (
-            f"| {self.master} | {self.rows:,} | {self.seconds:.1f} s | **{self.rate:,.0f}/s** | "
-            f"{self.cpu_s:.0f} s ({self.cpu_s / self.rows * 1e6:.1f} µs/row) | {load} |"
-        )
-
-
-def measure(config: JobConfig, master: str, broker: int | None) -> Measured:
+def measure(config: JobConfig, master: str, broker: int | None) -> Job:
     """One compaction on ``master``; ``broker``: the pid of an embedded broker, whose CPU is not the job's."""
     settings = SparkSettings(master=master, progress=False, shuffle_partitions=LOCAL_SHUFFLE_PARTITIONS)
     spark = build_session(settings)
@@ -106,39 +82,16 @@ def measure(config: JobConfig, master: str, broker: int | None) -> Measured:
             load_after = os.getloadavg()
     finally:
         spark.stop()
-    c = result.counts
-    return Measured(master, c.read, c.events_read, c.pending, result.seconds, cpu, load_before, load_after)
-
-
-def report(records: int, fill_s: float, results: list[Measured], command: str) -> str:
-    when = datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC")
-    lines = [
-        "# Spark jobs: compaction speed",
-        "",
-        f"Run on {when}: `{command}`, on {os.cpu_count()} cores. A log of {records:,} request records "
-        f"({PARTITIONS} partitions; 80 % new timers, 10 % reschedules, 10 % cancels, a FIRED event for "
-        f"every fifth), written in {fill_s:.0f} s, compacted once per Spark master into a Parquet "
-        "snapshot. Rate: request rows per second of the whole job (plan, read Kafka, decode, classify, "
-        "count, write), SparkSession start excluded. CPU: seconds used by the driver, the JVM and the "
-        "Python workers together (not the broker's). Load: the 1/5/15-minute load average before → "
-        "after; above the core count, other processes shared the machine and the rate is lower than "
-        "the job can do alone.",
-        "",
-        "| master | request rows | took | rate | CPU | load before → after |",
-        "|---|---|---|---|---|---|",
-        *(m.row() for m in results),
-        "",
-        "Regenerate: `make bench-jobs` (`RECORDS=1000000 make bench-jobs` for a quicker run).",
-        "",
-    ]
-    return "\n".join(lines)
+    return Job(master, result.counts.read, result.seconds, cpu, list(load_before), list(load_after))
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.jobs", description=__doc__.split("\n\n")[0])
     parser.add_argument("--records", type=int, default=10_000_000)
     parser.add_argument("--masters", default="local[1],local[2],local[4]", help="comma-separated")
-    parser.add_argument("--out", type=Path, default=REPO / "docs" / "bench" / "jobs.md")
+    parser.add_argument(
+        "--out", type=Path, default=REPO / "docs", help="docs directory to update (default: docs)"
+    )
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s", datefmt="%H:%M:%S")
     logging.getLogger("py4j").setLevel(logging.WARNING)
@@ -154,16 +107,26 @@ def main(argv: list[str] | None = None) -> int:
         print(f"wrote {args.records:,} request records in {fill_s:.1f}s", flush=True)
         results = []
         for master in args.masters.split(","):
-            measured = measure(config, master.strip(), broker.process.pid if broker else None)
-            print(measured.row(), flush=True)
-            results.append(measured)
+            job = measure(config, master.strip(), broker.process.pid if broker else None)
+            print(
+                f"{job.master}: {job.rows:,} rows in {job.seconds:.1f} s, {job.cpu_s:.0f} s of CPU",
+                flush=True,
+            )
+            results.append(job)
     finally:
         if broker is not None:
             broker.stop()
-    command = f"python -m bench.jobs --records {args.records} --masters {args.masters}"
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(report(args.records, fill_s, results, command))
-    print(f"report: {args.out}")
+    run = JobsRun(
+        command=f"python -m bench.jobs --records {args.records} --masters {args.masters}",
+        when=datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC"),
+        cores=os.cpu_count() or 0,
+        records=args.records,
+        partitions=PARTITIONS,
+        fill_s=fill_s,
+        jobs=results,
+    )
+    store(args.out, "jobs", run)
+    print(f"written: {', '.join(map(str, render(args.out)))}")
     return 0
 
 

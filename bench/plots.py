@@ -16,7 +16,7 @@ matplotlib.use("Agg")  # files only: no display on CI or servers
 import matplotlib.pyplot as plt  # noqa: E402 - after choosing the backend
 import numpy as np  # noqa: E402
 
-from bench.results import OURS, REDIS, REDIS_AOF, Fire, Results  # noqa: E402
+from bench.results import OURS, REDIS, REDIS_AOF, Fire, Results, first_fire, workload_title  # noqa: E402
 
 Runs = Sequence[Results]
 
@@ -26,25 +26,6 @@ PRECISE_COLOR = "tab:green"
 HOT_PLOT = "hot-second.png"
 #: Buckets of the hot-second plot (seconds).
 HOT_BUCKET_S = 0.1
-
-
-def workload_title(fire: Fire) -> str:
-    name = fire.workload
-    if name == "hot-second":
-        return f"hot second ({fire.timers:,} timers due in one second)"
-    if name == "precise-hot-second":
-        return f"precise hot second ({fire.timers:,} timers due in one second)"
-    if name == "capacity-hot":
-        return f"hot second at capacity ({fire.timers:,} due)"
-    if name == "spread":
-        offered = f" = {fire.timers / fire.window_s:,.0f}/s" if fire.window_s else ""
-        return f"spread ({fire.timers:,} timers over {fire.window_s:g} s{offered})"
-    kind, _, per_s = name.partition("-")
-    return f"{kind} {int(per_s):,}/s for {fire.window_s:g} s ({fire.timers:,} timers)"
-
-
-def first_fire(runs: Runs, system: str, workload: str) -> Fire | None:
-    return next((f for r in runs if (f := r.fire(system, workload)) is not None), None)
 
 
 def _color(fire: Fire) -> str | None:
@@ -127,3 +108,12 @@ def plot_hot_second(runs: Runs, path: Path) -> None:
     fig.tight_layout()
     fig.savefig(path, dpi=100)
     plt.close(fig)
+
+
+def draw(runs: Runs, directory: Path) -> None:
+    """The plots docs/BENCHMARKS.md shows, into ``directory``: from the raw arrivals, so while measuring."""
+    directory.mkdir(parents=True, exist_ok=True)
+    if runs[0].fires:
+        plot_lateness(runs[0], directory / "lateness.png")
+        plot_fire_rate(runs[0], directory / "fire-rate.png")
+    plot_hot_second(runs, directory / HOT_PLOT)

@@ -15,7 +15,7 @@ import signal
 import subprocess
 import sys
 from collections import Counter
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager
 from pathlib import Path
 
@@ -110,18 +110,3 @@ class Profiler:
                 self.summaries.append(
                     ProfileSummary(phase=phase, samples=0, note=f"py-spy wrote nothing: {' '.join(detail)}")
                 )
-
-
-def profiles_section(profiles: Sequence[ProfileSummary]) -> list[str]:
-    """The report's lines for the profiles of one run."""
-    lines = []
-    for prof in profiles:
-        if not prof.top_self:
-            lines.append(f"- `{prof.phase}`: {prof.note or 'no samples'}")
-            continue
-        top = ", ".join(f"`{fn}` {pct:.0f} %" for fn, pct in prof.top_self[:6])
-        ours = ", ".join(f"`{fn}` {pct:.0f} %" for fn, pct in prof.top_ours[:5])
-        lines.append(f"- `{prof.phase}` ({prof.samples:,} samples): own time: {top}")
-        if ours:
-            lines.append(f"  - our code, time on the stack: {ours}")
-    return lines or ["- Not profiled in this run."]

@@ -202,7 +202,7 @@ def redis_design(broker: Broker, work_dir: Path, *, durable: bool, zadd_count: i
         with open(work_dir / f"{'redis-aof' if durable else 'redis'}-poller.log", "ab") as log:
             poller = subprocess.Popen(  # noqa: S603 - our interpreter and module
                 [sys.executable, "-m", "bench.redis_baseline", str(server.port)],
-                env=broker.child_env(),
+                env=broker.child_env(keep_tuning=False),
                 cwd=REPO,
                 stdout=log,
                 stderr=subprocess.STDOUT,

@@ -1,12 +1,20 @@
-"""What a run measured: plain dataclasses, saved as ``results.json`` next to the report."""
+"""What the benchmarks measured: plain dataclasses, kept in one file, ``docs/bench/results.json``.
+
+The file holds the runs of ``make bench`` (``runs``) and the last run of each command measured
+apart (``capacity``, ``jobs``, ``failover``); each command replaces its own part and leaves the
+others. :mod:`bench.render` writes the Markdown from it.
+"""
 
 from __future__ import annotations
 
 import dataclasses
 import json
+import math
+import statistics
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from bench.collector import Arrivals
 from bench.stats import Lateness
@@ -35,7 +43,6 @@ class Ingest:
     """Timers accepted into the table per second, through one request path."""
 
     path: str  # "single" (one Future per record) or "batched"
-    available: bool
     timers: int = 0
     rate: float = 0.0
     note: str = ""
@@ -123,7 +130,6 @@ class Results:
     ingest: list[Ingest] = field(default_factory=list)
     fires: list[Fire] = field(default_factory=list)
     capacity: list[Capacity] = field(default_factory=list)
-    precise_available: bool = False
     #: Timers per second each Redis design accepts through pipelined ZADDs (its "ingest"),
     #: by system name; measured with as many timers as our batched ingest.
     zadd_rates: dict[str, float] = field(default_factory=dict)
@@ -142,9 +148,6 @@ class Results:
     def ingest_of(self, path: str) -> Ingest | None:
         return next((i for i in self.ingest if i.path == path), None)
 
-    def save(self, path: Path) -> None:
-        path.write_text(json.dumps(plain(self), indent=2, default=str) + "\n")
-
 
 def plain(obj: Any) -> Any:
     """JSON-ready copy of results: dataclasses as dicts, NaN as null, raw arrivals left out."""
@@ -159,3 +162,197 @@ def plain(obj: Any) -> Any:
     if isinstance(obj, float) and obj != obj:  # NaN is not JSON
         return None
     return obj
+
+
+@dataclass
+class CapacityStep:
+    """One size of ``make bench-capacity``: the worker at ``pending`` timers, and its hot seconds."""
+
+    pending: int
+    load_s: float = 0.0
+    rss_mb: float = 0.0
+    data_gb: float = 0.0
+    broker_gb: float | None = None
+    #: Callbacks per second of each hot second at this size, and its last callback after due (ms).
+    rates: list[float] = field(default_factory=list)
+    last_ms: list[float] = field(default_factory=list)
+    early: int = 0
+    #: The 1/5/15-minute load average before → after the hot seconds.
+    load_avg: str = ""
+
+
+@dataclass
+class CapacityRun:
+    """One ``make bench-capacity``: what was run, where, and a :class:`CapacityStep` per size."""
+
+    command: str
+    when: str
+    cores: int
+    hot: int
+    repeat: int
+    steps: list[CapacityStep] = field(default_factory=list)
+
+    def shares(self) -> list[float | None]:
+        """Each size's hot-second rate (median) as a share of the size before's (None for the first)."""
+        rates = [statistics.median(s.rates) if s.rates else 0.0 for s in self.steps]
+        return [None, *(b / a if a else None for a, b in zip(rates, rates[1:], strict=False))]
+
+
+@dataclass
+class Job:
+    """One compaction of ``make bench-jobs`` on one Spark master."""
+
+    master: str
+    rows: int
+    seconds: float
+    #: CPU seconds of the driver, the JVM and the Python workers together (not the broker's).
+    cpu_s: float
+    load_before: list[float]
+    load_after: list[float]
+
+    @property
+    def rate(self) -> float:
+        return self.rows / self.seconds if self.seconds else 0.0
+
+
+@dataclass
+class JobsRun:
+    """One ``make bench-jobs``: the request log written, then one compaction per master."""
+
+    command: str
+    when: str
+    cores: int
+    records: int
+    partitions: int
+    fill_s: float
+    jobs: list[Job] = field(default_factory=list)
+
+
+@dataclass
+class FailoverKind:
+    """The rounds of one kind (``takeover`` or ``restart``) of ``make failover``, in seconds."""
+
+    kind: str
+    rounds: int
+    #: Kill to the last of its partitions firing again: median and worst over the rounds.
+    all_back_s: float
+    worst_s: float
+    #: Kill to the first of its partitions firing again, median over the rounds.
+    first_back_s: float
+
+
+@dataclass
+class FailoverStep:
+    """When the worker taking over logged one step: seconds after the kill, over the rounds."""
+
+    kind: str
+    step: str
+    #: None when some round's log did not show the step.
+    median_s: float | None
+    lo_s: float | None = None
+    hi_s: float | None = None
+
+
+@dataclass
+class FailoverRun:
+    """One ``make failover``."""
+
+    command: str
+    when: str
+    broker: str
+    partitions: int
+    every_ms: float
+    #: Group timeouts and membership, as the workers ran.
+    settings: str
+    load_before: str
+    load_after: str
+    cores: int
+    kinds: list[FailoverKind] = field(default_factory=list)
+    steps: list[FailoverStep] = field(default_factory=list)
+
+
+def workload_title(fire: Fire) -> str:
+    name = fire.workload
+    if name == "hot-second":
+        return f"hot second ({fire.timers:,} timers due in one second)"
+    if name == "precise-hot-second":
+        return f"precise hot second ({fire.timers:,} timers due in one second)"
+    if name == "capacity-hot":
+        return f"hot second at capacity ({fire.timers:,} due)"
+    if name == "spread":
+        offered = f" = {fire.timers / fire.window_s:,.0f}/s" if fire.window_s else ""
+        return f"spread ({fire.timers:,} timers over {fire.window_s:g} s{offered})"
+    kind, _, per_s = name.partition("-")
+    return f"{kind} {int(per_s):,}/s for {fire.window_s:g} s ({fire.timers:,} timers)"
+
+
+def first_fire(runs: Sequence[Results], system: str, workload: str) -> Fire | None:
+    return next((f for r in runs if (f := r.fire(system, workload)) is not None), None)
+
+
+#: Where the results live, under the docs directory.
+RESULTS_FILE = Path("bench") / "results.json"
+
+D = TypeVar("D")
+
+
+def read(docs: Path) -> dict[str, Any]:
+    """Everything measured so far (an empty dict before the first measurement)."""
+    path = docs / RESULTS_FILE
+    return json.loads(path.read_text()) if path.exists() else {}
+
+
+def store(docs: Path, part: str, value: Any) -> None:
+    """Replace one part of the results file (``runs``, ``capacity``, ``jobs`` or ``failover``)."""
+    results = read(docs)
+    results[part] = plain(value)
+    path = docs / RESULTS_FILE
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(results, indent=2, default=str) + "\n")
+
+
+def build(cls: type[D], data: Mapping[str, Any], **lists: type) -> D:
+    """A dataclass from its :func:`plain` form; keys it does not know are left out, null floats are NaN.
+    ``lists``: fields that hold a list of dataclasses, and their class."""
+    known = {f.name: f for f in dataclasses.fields(cls)}  # type: ignore[arg-type]
+    values: dict[str, Any] = {}
+    for name, value in data.items():
+        if name in lists:
+            values[name] = [build(lists[name], item) for item in value]
+        elif name in known:
+            values[name] = math.nan if value is None and known[name].type == "float" else value
+    return cls(**values)
+
+
+def _fire(data: Mapping[str, Any]) -> Fire:
+    fire = build(Fire, data)
+    fire.lateness = build(Lateness, data["lateness"])
+    return fire
+
+
+def load_runs(runs: list[Mapping[str, Any]]) -> list[Results]:
+    """The ``runs`` part of the results file, as :class:`Results`."""
+    loaded = []
+    for data in runs:
+        r = build(Results, data)
+        r.ceiling = build(Throughput, data["ceiling"]) if data.get("ceiling") else None
+        r.floor = build(Throughput, data["floor"]) if data.get("floor") else None
+        r.ingest = [build(Ingest, i) for i in data.get("ingest", [])]
+        r.fires = [_fire(f) for f in data.get("fires", [])]
+        r.capacity = []
+        for c in data.get("capacity", []):
+            cap = build(Capacity, c)
+            cap.hot = _fire(c["hot"]) if c.get("hot") else None
+            r.capacity.append(cap)
+        r.profiles = [
+            ProfileSummary(
+                p["phase"],
+                p["samples"],
+                [(fn, pct) for fn, pct in p.get("top_self", [])],
+                [(fn, pct) for fn, pct in p.get("top_ours", [])],
+                p.get("note", ""),
+            )
+            for p in data.get("profiles", [])
+        ]
+        loaded.append(r)
+    return loaded

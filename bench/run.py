@@ -1,4 +1,4 @@
-"""One benchmark run: every measurement in order, on one broker, then the report.
+"""One benchmark run: every measurement in order, on one broker; then the results are stored and rendered.
 
 Order: the ceiling; then one service instance for ingest (single, the Faust floor on
 the same records, batched) and the fire workloads; a fresh instance for capacity;
@@ -21,13 +21,14 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import TypeVar
 
-from bench import ceiling, faust_floor, redis_baseline, report, service
-from bench.cluster import PRECISE_ENV, Broker, open_broker, precise_mode_available, service_stack
+from bench import ceiling, faust_floor, plots, redis_baseline, service
+from bench.cluster import PRECISE_ENV, Broker, open_broker, service_stack
 from bench.fire import FireContext, scheduled, steady_rate
 from bench.machine import machine, versions
 from bench.profiles import Profile
 from bench.profiling import Profiler
-from bench.results import Fire, Results
+from bench.render import render
+from bench.results import RESULTS_FILE, Fire, Results, store
 from bench.service import KafkaTimers
 
 T = TypeVar("T")
@@ -184,10 +185,6 @@ class Run:
 
     def precise(self, broker: Broker, ctx: FireContext, load_rate: float, batched: bool) -> None:
         p = self.profile
-        self.results.precise_available = precise_mode_available()
-        if not self.results.precise_available:
-            self.say("precise mode: not available in this worker build")
-            return
         with (
             self.block("precise mode"),
             service_stack(broker, self.work_dir, "precise", PRECISE_ENV) as stack,
@@ -265,8 +262,9 @@ class Run:
 
 def run(
     profile: Profile, out_dir: Path, work_dir: Path, command: str, repeat: int = 1
-) -> tuple[list[Results], Path]:
-    """Measure everything ``repeat`` times, write the report; return the results and the report's path."""
+) -> tuple[list[Results], list[Path]]:
+    """Measure everything ``repeat`` times, store the results under ``out_dir`` and render its pages;
+    return the results and the pages written."""
     runs = []
     for index in range(repeat):
         run_dir = work_dir / f"run-{index + 1}" if repeat > 1 else work_dir
@@ -274,4 +272,6 @@ def run(
         if repeat > 1:
             print(f"=== run {index + 1} of {repeat} ===", file=sys.stderr, flush=True)
         runs.append(Run(profile, out_dir, run_dir, command).execute())
-    return runs, report.write(runs, out_dir)
+    plots.draw(runs, (out_dir / RESULTS_FILE).parent)
+    store(out_dir, "runs", runs)
+    return runs, render(out_dir)

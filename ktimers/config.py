@@ -12,6 +12,7 @@ from __future__ import annotations
 import dataclasses
 import enum
 import os
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
@@ -100,7 +101,7 @@ class BrokerProfile(enum.Enum):
 class ProfileSettings:
     """Settings that differ between a real Kafka cluster and the embedded Tansu broker.
 
-    The embedded values are workarounds for the embedded broker's behaviour:
+    The embedded values work around Tansu 0.6.0's behaviour, measured against it:
 
     * ``session_timeout_s``/``heartbeat_s``/``rebalance_timeout_s``: aiokafka never
       sends LeaveGroup to Tansu, so a dead worker's member stays until its session
@@ -300,24 +301,51 @@ class IngressFormat(enum.Enum):
     COUNTDOWN = "countdown"  # JSON {"topic", "message", "countdown"}
 
 
-def parse_ingress(raw: str, name: str = "TIMERS_INGRESS_TOPICS") -> tuple[tuple[str, IngressFormat], ...]:
-    """``"schedules=etf1,delays=countdown"`` → ((topic, format), ...), in the order given."""
-    pairs: list[tuple[str, IngressFormat]] = []
+#: What a callback-topic pattern may hold: the characters of topic names and fnmatch's ``*?[]!``.
+_CALLBACK_PATTERN = re.compile(r"[a-zA-Z0-9._*?\[\]!-]+")
+
+#: One request topic of ``TIMERS_INGRESS_TOPICS``: its name, its format, and its own
+#: callback-topic patterns (None: it has none, ``TIMERS_ALLOWED_CALLBACK_TOPICS`` applies).
+IngressTopic = tuple[str, IngressFormat, tuple[str, ...] | None]
+
+
+def parse_ingress_topics(raw: str) -> tuple[IngressTopic, ...]:
+    """``"schedules=etf1,team-a=native:team-a.*:audit"`` → ((topic, format, patterns), ...), in order.
+
+    Each comma-separated item is ``topic=format``, optionally followed by the topic's
+    own callback-topic patterns (fnmatch), each after a ``:``.
+    """
+    name = "TIMERS_INGRESS_TOPICS"
+    items: list[IngressTopic] = []
     allowed = ", ".join(f.value for f in IngressFormat)
     for item in (part.strip() for part in raw.split(",")):
         if not item:
             continue
-        topic, sep, fmt = (s.strip() for s in item.partition("="))
+        topic, sep, rest = (s.strip() for s in item.partition("="))
+        fmt, colon, patterns_text = (s.strip() for s in rest.partition(":"))
         if not sep or not topic or not fmt:
-            raise ConfigError(f"{name}: {item!r} is not topic=format (formats: {allowed})")
+            raise ConfigError(
+                f"{name}: {item!r} is not topic=format or topic=format:pattern:... (formats: {allowed})"
+            )
         try:
-            pairs.append((topic, IngressFormat(fmt.lower())))
+            ingress_format = IngressFormat(fmt.lower())
         except ValueError as exc:
             raise ConfigError(f"{name}: {item!r} names an unknown format (formats: {allowed})") from exc
-    topics = [topic for topic, _ in pairs]
+        patterns = None
+        if colon:
+            patterns = tuple(p.strip() for p in patterns_text.split(":"))
+            bad = next((p for p in patterns if not _CALLBACK_PATTERN.fullmatch(p)), None)
+            if bad is not None:
+                raise ConfigError(
+                    f"{name}: {item!r}: {bad!r} is not a callback-topic pattern (topic name characters "
+                    "and * ? [ ] !); give at least one after the ':', or no ':' to use "
+                    "TIMERS_ALLOWED_CALLBACK_TOPICS"
+                )
+        items.append((topic, ingress_format, patterns))
+    topics = [topic for topic, _, _ in items]
     if len(set(topics)) != len(topics):
         raise ConfigError(f"{name}: a topic is listed twice in {raw!r}")
-    return tuple(pairs)
+    return tuple(items)
 
 
 @dataclass(frozen=True)
@@ -332,17 +360,22 @@ class TopicsConfig:
     #: Extra request topics and the format each carries, co-partitioned with
     #: ``oscillator`` like ``request`` (which always carries the native format).
     ingress: tuple[tuple[str, IngressFormat], ...] = ()
+    #: (topic, fnmatch patterns) of the extra request topics that name their own
+    #: callback topics in ``TIMERS_INGRESS_TOPICS`` (``topic=format:pattern:...``).
+    ingress_callback_topics: tuple[tuple[str, tuple[str, ...]], ...] = ()
 
     @classmethod
     def from_env(cls, env: Env | None = None) -> TopicsConfig:
         env = os.environ if env is None else env
+        ingress = parse_ingress_topics(_get(env, "TIMERS_INGRESS_TOPICS", "") or "")
         topics = cls(
             oscillator=_get(env, "TIMERS_TOPIC_OSCILLATOR", cls.oscillator) or "",
             request=_get(env, "TIMERS_TOPIC_REQUEST", cls.request) or "",
             events=_get(env, "TIMERS_TOPIC_EVENTS", cls.events) or "",
             dlq=_get(env, "TIMERS_TOPIC_DLQ", cls.dlq) or "",
             partitions=env_int(env, "TIMERS_PARTITIONS", cls.partitions),
-            ingress=parse_ingress(_get(env, "TIMERS_INGRESS_TOPICS", "") or ""),
+            ingress=tuple((topic, fmt) for topic, fmt, _ in ingress),
+            ingress_callback_topics=tuple((t, own) for t, _, own in ingress if own is not None),
         )
         if topics.partitions < 1:
             raise ConfigError(f"TIMERS_PARTITIONS={topics.partitions}: must be at least 1")
@@ -396,7 +429,8 @@ TOPICS_ENV: tuple[EnvVar, ...] = (
     EnvVar(
         "TIMERS_INGRESS_TOPICS",
         default_of(TopicsConfig, "ingress", NO_DEFAULT),
-        "more request topics and their formats, topic=format comma-separated (native, etf1, countdown)",
+        "more request topics and their formats, topic=format comma-separated (native, etf1, countdown); "
+        "topic=format:pattern:... gives a topic its own callback-topic patterns",
     ),
 )
 

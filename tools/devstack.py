@@ -9,23 +9,21 @@ Stops on Ctrl-C, SIGTERM, or after ``RUN_SECONDS`` seconds (counted from start)
 and exits 0. If the worker, the oscillator or the broker dies on its own, prints
 the tail of its log and exits 1.
 
-The broker keeps everything in memory: every run is a brand new cluster, so the
-worker gets a fresh data directory every run (see ../shared/STACK.md, quirk 9).
+The broker keeps everything in memory: every run is a brand new cluster, and a worker
+whose data directory remembers an older one fails its table recovery, so the worker
+gets a fresh data directory every run.
 Everything a run writes is under ``run/`` (the logs and ``data-<timestamp>/``);
 ``make clean`` removes it.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import random
-import signal
-import subprocess
 import sys
 import time
-import urllib.request
 import uuid
-from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -33,38 +31,27 @@ from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaExcepti
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from futures.client import TimerClient, TimerHandle
-from ktimers.broker import EmbeddedBroker, free_port, start_broker
 from ktimers.config import CommonConfig
 from ktimers.errors import TimersError
 from ktimers.shutdown import StopFlag
-from ktimers.topics import create_topics
 from ktimers.wire import H_DUE_MS, H_FIRED_MS, H_ID, H_TOKEN, header_value, text_or_repr
+from tools.stack import REPO, Broker, ChildDied, Service, Stack, open_broker, spawner, tail
 
-REPO = Path(__file__).resolve().parent.parent
 RUN_DIR = REPO / "run"
+BROKER_LOG = RUN_DIR / "tansu.log"
 
 DEMO_TOPIC = "demo-callbacks"
 DEMO_PARTITIONS = 4
 DEMO_EVERY_S = 2.0  # a new batch of demo timers this often (seconds)
 DEMO_TIMERS_PER_BATCH = 3
 READY_TIMEOUT_S = 90.0  # worker start to first tick processed; ~5 s measured (seconds)
-STOP_TIMEOUT_S = 20.0  # SIGTERM to SIGKILL (seconds)
 POLL_S = 0.2  # longest the main loop blocks, so a stop request is seen quickly (seconds)
-LOG_TAIL_LINES = 40
 # A timer due this long before the stop must have arrived: ticks come every
 # second, plus a margin for the trip through Kafka (milliseconds).
 SETTLE_MS = 2000
 
 EXIT_OK = 0
 EXIT_CHILD_DIED = 1
-
-
-class ChildDied(Exception):
-    """A service process exited while the stack was running."""
-
-    def __init__(self, who: str, detail: str) -> None:
-        super().__init__(f"{who} {detail}")
-        self.who = who
 
 
 def now_ms() -> int:
@@ -79,59 +66,6 @@ def clock(epoch_ms: int | None = None) -> str:
 
 def say(text: str) -> None:
     print(text, flush=True)
-
-
-def exit_status(code: int) -> str:
-    if code < 0:
-        return f"was killed by {signal.Signals(-code).name}"
-    return f"exited with status {code}"
-
-
-def tail(path: Path, lines: int = LOG_TAIL_LINES) -> str:
-    if not path.exists():
-        return f"({path} does not exist)"
-    return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
-
-
-@dataclass
-class Child:
-    """A service running as a child process, output to ``log``."""
-
-    name: str
-    log: Path
-    process: subprocess.Popen[bytes]
-
-    @classmethod
-    def start(cls, name: str, args: list[str], env: Mapping[str, str], log: Path, cwd: Path) -> Child:
-        with open(log, "wb") as out:
-            process = subprocess.Popen(  # noqa: S603 - our own interpreter and modules
-                [sys.executable, *args],
-                env=dict(env),
-                cwd=cwd,
-                stdout=out,
-                stderr=subprocess.STDOUT,
-                # Its own session: Ctrl-C reaches only us, and we stop the
-                # services in order (worker before the broker it talks to).
-                start_new_session=True,
-            )
-        return cls(name, log, process)
-
-    def check(self) -> None:
-        code = self.process.poll()
-        if code is not None:
-            raise ChildDied(self.name, f"{exit_status(code)}; last lines of {self.log}:\n{tail(self.log)}")
-
-    def stop(self, timeout_s: float = STOP_TIMEOUT_S) -> None:
-        """SIGTERM (how Kubernetes stops a pod); SIGKILL if still running after ``timeout_s`` seconds."""
-        if self.process.poll() is not None:
-            return
-        self.process.terminate()
-        try:
-            self.process.wait(timeout=timeout_s)
-        except subprocess.TimeoutExpired:
-            say(f"{self.name} did not stop within {timeout_s:g}s: killing it")
-            self.process.kill()
-            self.process.wait()
 
 
 @dataclass
@@ -215,16 +149,6 @@ def record_headers(msg: Message) -> list[tuple[str, bytes | None]]:
     return [(k, v.encode() if isinstance(v, str) else v) for k, v in pairs]
 
 
-def child_env(broker: EmbeddedBroker) -> dict[str, str]:
-    """Our environment pointed at the embedded broker.
-
-    Inherited ``KAFKA_*`` settings (say, SASL for a real cluster) are dropped: they
-    would not work against the embedded broker. ``TIMERS_*`` tuning passes through.
-    """
-    env = {k: v for k, v in os.environ.items() if not k.startswith("KAFKA_")}
-    return {**env, **broker.env()}
-
-
 def create_demo_topic(common: CommonConfig) -> list[int]:
     """Create the demo callback topic; return its partition numbers."""
     admin = AdminClient(common.kafka.librdkafka())
@@ -255,25 +179,16 @@ def callback_consumer(common: CommonConfig, partitions: list[int]) -> Consumer:
     return consumer
 
 
-def advanced_ticks(metrics_url: str) -> float:
-    """``timers_ticks_total{outcome="advanced"}`` from the worker; 0 while it is not serving yet."""
-    try:
-        with urllib.request.urlopen(metrics_url, timeout=1) as response:  # noqa: S310 - our own http URL
-            body = response.read().decode()
-    except OSError:
-        return 0.0
-    for line in body.splitlines():
-        if line.startswith('timers_ticks_total{outcome="advanced"}'):
-            return float(line.split()[-1])
-    return 0.0
+class DevStack:
+    """The broker, the oscillator and the worker (:mod:`tools.stack`), and the demo on them."""
 
-
-class Stack:
     def __init__(self, stop: StopFlag, run_seconds: float | None) -> None:
         self.stop = stop
         self.deadline = None if run_seconds is None else time.monotonic() + run_seconds
-        self.broker: EmbeddedBroker | None = None
-        self.children: list[Child] = []
+        self.exits = contextlib.ExitStack()
+        self.broker: Broker | None = None
+        self.services: list[Service] = []
+        self.stack: Stack | None = None
         self.client: TimerClient | None = None
         self.consumer: Consumer | None = None
         self.demo: Demo | None = None
@@ -283,77 +198,49 @@ class Stack:
             self.stop.request("RUN_SECONDS elapsed")
         return self.stop.requested
 
-    def check_children(self) -> None:
-        for child in self.children:
-            child.check()
-        if self.broker is not None and self.broker.process.poll() is not None:
-            log = RUN_DIR / "tansu.log"
-            status = exit_status(self.broker.process.returncode)
-            raise ChildDied("broker", f"{status}; last lines of {log}:\n{tail(log)}")
+    def check_services(self) -> None:
+        for service in self.services:
+            service.check()
+        if self.broker is not None:
+            self.broker.check()
 
     def run(self) -> None:
         RUN_DIR.mkdir(exist_ok=True)
-        broker_log = RUN_DIR / "tansu.log"
-        broker_log.write_bytes(b"")  # each run is a new cluster: start the log afresh too
-        self.broker = start_broker(log_path=str(broker_log))
-        env = child_env(self.broker)
-        common = CommonConfig.from_env(env)
-        create_topics(common)
-
+        # Each run is a new cluster: its logs start afresh too.
+        for log in (BROKER_LOG, *RUN_DIR.glob("*.log")):
+            log.unlink(missing_ok=True)
+        self.broker = self.exits.enter_context(open_broker(BROKER_LOG, external=False))
+        env = self.broker.child_env(keep_tuning=True)
         stamp = time.strftime("%Y%m%d-%H%M%S")
         data_dir = RUN_DIR / f"data-{stamp}-{now_ms() % 1000:03d}"
         data_dir.mkdir()
-        health_port, web_port = free_port(), free_port()
-        self.children.append(
-            Child.start(
-                "oscillator",
-                ["-m", "oscillator.main"],
-                {**env, "TIMERS_OSC_HEALTH_PORT": str(health_port)},
-                RUN_DIR / "oscillator.log",
-                REPO,
-            )
-        )
-        # Absolute: Faust resolves a relative table directory under its data directory.
-        worker_env = {**env, "TIMERS_DATA_DIR": str(data_dir), "TIMERS_WEB_PORT": str(web_port)}
-        self.children.append(
-            Child.start("worker", ["-m", "futures.worker.main"], worker_env, RUN_DIR / "worker.log", REPO)
-        )
-        metrics_url = f"http://127.0.0.1:{web_port}/metrics"
-        self.banner(common, metrics_url, f"http://127.0.0.1:{health_port}/healthz", data_dir)
+        spawn = spawner(RUN_DIR, self.services, inherit_env=False, own_session=True, numbered=False)
+        self.stack = stack = Stack(env, spawn, data_dir).create_topics()
+        oscillator = stack.start_oscillator(wait=False)
+        worker = stack.start_worker(wait=False)
+        common = stack.common
+        health = f"http://127.0.0.1:{oscillator.env['TIMERS_OSC_HEALTH_PORT']}/healthz"
+        self.banner(common, stack.metrics_url, health, data_dir, [BROKER_LOG, oscillator.log, worker.log])
 
         partitions = create_demo_topic(common)
         self.consumer = callback_consumer(common, partitions)
         self.client = TimerClient(common)
         self.demo = Demo(self.client)
 
-        if not self.wait_until_ready(metrics_url):
-            return
+        say(f"{clock()}  waiting for the worker to join and process a tick (a few seconds)...")
+        try:
+            if not stack.wait_for_tick(READY_TIMEOUT_S, stop=self.should_stop):
+                return
+        except TimeoutError as exc:
+            raise ChildDied("worker", f"{exc}; last lines:\n{tail(worker.log)}") from exc
         say(f"{clock()}  worker is processing ticks; demo timers every {DEMO_EVERY_S:g}s to {DEMO_TOPIC!r}")
         next_batch = time.monotonic()
         while not self.should_stop():
-            self.check_children()
+            self.check_services()
             if time.monotonic() >= next_batch:
                 self.demo.schedule_batch()
                 next_batch += DEMO_EVERY_S
             self.print_callbacks(POLL_S)
-
-    def wait_until_ready(self, metrics_url: str) -> bool:
-        """Wait until the worker has advanced its clock on a tick; False if stopped first."""
-        say(f"{clock()}  waiting for the worker to join and process a tick (a few seconds)...")
-        give_up = time.monotonic() + READY_TIMEOUT_S
-        while not self.should_stop():
-            self.check_children()
-            if advanced_ticks(metrics_url) > 0:
-                return True
-            if time.monotonic() > give_up:
-                worker = self.children[-1]
-                raise ChildDied(
-                    "worker",
-                    f"processed no tick within {READY_TIMEOUT_S:g}s; "
-                    f"last lines of {worker.log}:\n{tail(worker.log)}",
-                )
-            time.sleep(POLL_S)
-        return False
 
     def print_callbacks(self, timeout_s: float) -> None:
         assert self.consumer is not None and self.demo is not None  # noqa: S101 - set in run()
@@ -368,10 +255,12 @@ class Stack:
             return
         self.demo.on_callback(msg, received_ms)
 
-    def banner(self, common: CommonConfig, metrics_url: str, health_url: str, data_dir: Path) -> None:
+    def banner(
+        self, common: CommonConfig, metrics_url: str, health_url: str, data_dir: Path, logs: list[Path]
+    ) -> None:
         bootstrap = common.kafka.bootstrap_servers
         rel = os.path.relpath
-        logs = ", ".join(rel(RUN_DIR / n) for n in ("tansu.log", "oscillator.log", "worker.log"))
+        listed = ", ".join(rel(log) for log in logs)
         say(
             "\n".join(
                 [
@@ -380,7 +269,7 @@ class Stack:
                     f"  worker      {metrics_url}",
                     f"  oscillator  {health_url}",
                     f"  data        {rel(data_dir)}",
-                    f"  logs        {logs}",
+                    f"  logs        {listed}",
                     f"  try         KAFKA_BOOTSTRAP_SERVERS={bootstrap} TIMERS_BROKER_PROFILE=embedded "
                     f".venv/bin/timers schedule --topic {DEMO_TOPIC} --key hello --value hi --delay 3s",
                     "  stop        Ctrl-C" + ("" if self.deadline is None else " (or wait for RUN_SECONDS)"),
@@ -402,10 +291,9 @@ class Stack:
         # Drop the last references so librdkafka closes the producer's connections:
         # the broker waits for open connections before it exits on SIGTERM.
         self.client = self.demo = self.consumer = None
-        for child in reversed(self.children):  # worker, then oscillator
-            child.stop()
-        if self.broker is not None:
-            self.broker.stop()
+        if self.stack is not None:
+            self.stack.stop()  # worker, then oscillator
+        self.exits.close()  # the broker they talked to
 
 
 def run_seconds_from_env() -> float | None:
@@ -424,7 +312,7 @@ def run_seconds_from_env() -> float | None:
 def main() -> int:
     stop = StopFlag()
     stop.install()
-    stack = Stack(stop, run_seconds_from_env())
+    stack = DevStack(stop, run_seconds_from_env())
     code = EXIT_OK
     try:
         stack.run()

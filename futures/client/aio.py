@@ -42,6 +42,7 @@ class AsyncTimerClient(_ClientCore):
 
         Raises :class:`DeliveryError` if Kafka refused or never acknowledged the record.
         """
+        await self._framing_ready()
         record, handle = self._schedule_record(topic, key, payload, options)
         await self._send(record, f"timer {handle.id}")
         return handle
@@ -65,6 +66,7 @@ class AsyncTimerClient(_ClientCore):
         others may have been scheduled: scheduling again by the same ids is safe).
         """
         self._check_usable()
+        await self._framing_ready()
         partitions = self._partitions
         if partitions is None:  # a metadata request blocks: not on the event loop
             partitions = await asyncio.to_thread(self._read_partitions)
@@ -78,6 +80,7 @@ class AsyncTimerClient(_ClientCore):
 
     async def cancel(self, handle_or_id: TimerHandle | str, *, record_key: str | bytes | None = None) -> None:
         """Send a cancel (arguments as :meth:`TimerClient.cancel`) and wait for the ack."""
+        await self._framing_ready()
         record, timer_id = self._cancel_record(handle_or_id, record_key)
         await self._send(record, f"cancel of timer {timer_id}")
 
@@ -125,6 +128,11 @@ class AsyncTimerClient(_ClientCore):
             await self.close()
         except TimersError:
             log.exception("async timer client: undelivered records while closing after an error")
+
+    async def _framing_ready(self) -> None:
+        """Ask the Schema Registry for the framing, if any, in a thread: never on the event loop."""
+        if self._framing is not None and not self._framing.ready:
+            await asyncio.to_thread(self._framing.prepare)
 
     def _ensure_poller(self) -> None:
         if self._poller is None:

@@ -9,6 +9,7 @@ from typing import Any
 
 from confluent_kafka import KafkaError, KafkaException, Producer
 
+from futures.client.framing import RequestFraming
 from futures.client.partitioner import partitioner_for
 from futures.client.records import (
     Clock,
@@ -131,8 +132,17 @@ class _ClientCore:
         producer_config: Mapping[str, Any] | None = None,
         producer: ProducerLike | None = None,
         clock: Clock = time.time,
+        schema_registry: Any = None,
+        schema_serializer_config: Mapping[str, Any] | None = None,
     ) -> None:
         self._common = CommonConfig.from_env() if common is None else common
+        #: Frames requests as Schema Registry serializers do, when ``schema_registry`` (a
+        #: ``SchemaRegistryClient`` or its URL) is given: for request topics that enforce schemas.
+        self._framing = (
+            None
+            if schema_registry is None
+            else RequestFraming(schema_registry, self._common.topics.request, schema_serializer_config)
+        )
         self._clock = clock
         self._reporter = _Reporter(self._common.kafka.bootstrap_servers)
         if producer is None:
@@ -157,13 +167,15 @@ class _ClientCore:
         self, topic: str, key: str | bytes, payload: str | bytes, options: ScheduleOptions
     ) -> tuple[TimerRecord, TimerHandle]:
         self._check_usable()
-        return build_schedule(self._common, topic, key, payload, now=self._clock(), **options)
+        record, handle = build_schedule(self._common, topic, key, payload, now=self._clock(), **options)
+        return self._framed(record), handle
 
     def _cancel_record(
         self, handle_or_id: TimerHandle | str, record_key: str | bytes | None
     ) -> tuple[TimerRecord, str]:
         self._check_usable()
-        return build_cancel(self._common, handle_or_id, record_key)
+        record, timer_id = build_cancel(self._common, handle_or_id, record_key)
+        return self._framed(record), timer_id
 
     def _read_partitions(self) -> int:
         """The request topic's partition count (blocks on a metadata request the first time)."""
@@ -174,7 +186,7 @@ class _ClientCore:
     def _batch_records(
         self, timers: Iterable[TimerSpec], partitions: int, batch_size: int, max_batch_bytes: int
     ) -> tuple[list[TimerRecord], list[TimerHandle]]:
-        return build_batches(
+        records, handles = build_batches(
             self._common,
             timers,
             partitions=partitions,
@@ -183,6 +195,11 @@ class _ClientCore:
             batch_size=batch_size,
             max_batch_bytes=max_batch_bytes,
         )
+        return [self._framed(record) for record in records], handles
+
+    def _framed(self, record: TimerRecord) -> TimerRecord:
+        """``record`` as it is sent: framed when the client was given a Schema Registry."""
+        return record if self._framing is None else self._framing.frame(record)
 
     def _check_usable(self) -> None:
         if self._closed:

@@ -26,6 +26,11 @@ class TimerClient(_ClientCore):
     the error is raised once, and the call that raises it sends nothing.
 
     Not thread-safe: use one client per thread, or guard it with a lock.
+
+    With ``schema_registry`` (a confluent-kafka ``SchemaRegistryClient``, or its
+    URL), requests are framed as Schema Registry serializers frame them, for
+    request topics that enforce schemas; ``schema_serializer_config`` is
+    ``ProtobufSerializer``'s configuration. Needs the ``registry`` extra.
     """
 
     def schedule(

@@ -32,6 +32,9 @@ PARSE_REASONS = frozenset(
     {
         "undecodable",  # not the format's encoding at all (or a tombstone where one means nothing)
         "unknown-kind",  # native: kt-kind neither future, cancel nor batch
+        "unknown-message-index",  # framed: the index names no Future, FutureBatch or Cancel
+        "schema-rejected",  # framed: the Schema Registry does not know the id, or its schema is incompatible
+        "schema-registry-unavailable",  # framed: the Schema Registry did not answer
         "empty-batch",
         "missing-id",
         "invalid-id",  # not UTF-8, or longer than MAX_ID_BYTES
@@ -42,7 +45,7 @@ PARSE_REASONS = frozenset(
         "invalid-field",  # countdown: wrong type, or not Unicode text
         "missing-callback-topic",
         "invalid-callback-topic",
-        "callback-topic-not-allowed",
+        "callback-topic-not-allowed",  # also: outside the list of the record's request topic
         "payload-too-large",  # the stored timer and its table key exceed TIMERS_MAX_PAYLOAD_BYTES
         "due-too-far",
         "unknown-topic",  # the record's topic carries no requests
@@ -115,7 +118,8 @@ class ParseContext:
 
     limits: ParseLimits
     now_ms: int
-    _topic_problems: dict[str, tuple[str, str] | None] = field(default_factory=dict, repr=False)
+    #: (request topic, callback topic) → why the callback topic is refused, or None.
+    _topic_problems: dict[tuple[str, str], tuple[str, str] | None] = field(default_factory=dict, repr=False)
 
     @property
     def request_topic(self) -> str:
@@ -125,20 +129,25 @@ class ParseContext:
         """:func:`seed_id`, namespaced by topic unless the record is on `timer-request`."""
         return seed_id(record, index, namespaced=record.topic != self.request_topic)
 
-    def callback_topic_problem(self, topic: str) -> tuple[str, str] | None:
-        if topic not in self._topic_problems:
-            self._topic_problems[topic] = self.limits.callback_topic_problem(topic)
-        return self._topic_problems[topic]
+    def callback_topic_problem(self, topic: str, request_topic: str) -> tuple[str, str] | None:
+        """Why a record of ``request_topic`` may not name callback topic ``topic``, or None."""
+        key = (request_topic, topic)
+        if key not in self._topic_problems:
+            self._topic_problems[key] = self.limits.callback_topic_problem(topic, request_topic)
+        return self._topic_problems[key]
 
     @property
     def payload_limited(self) -> bool:
         """Whether ``TIMERS_MAX_PAYLOAD_BYTES`` can refuse any record at all (the jobs parse without it)."""
         return self.limits.max_payload_bytes < NO_PAYLOAD_LIMIT
 
-    def timer_problem(self, id_bytes: int, due_ms: int, callback_topic: str) -> tuple[str, str] | None:
+    def timer_problem(
+        self, id_bytes: int, due_ms: int, callback_topic: str, request_topic: str
+    ) -> tuple[str, str] | None:
         """Why a timer cannot be accepted, as (reason, detail), or None: every check but the payload size.
 
-        ``id_bytes`` is the UTF-8 length of the timer id; ``due_ms`` epoch milliseconds.
+        ``id_bytes`` is the UTF-8 length of the timer id; ``due_ms`` epoch milliseconds;
+        ``request_topic`` the topic the request came from (its callback-topic list applies).
         :meth:`accept` and the fast paths of the formats (:func:`futures.ingress.native.fast_parse`)
         both decide with it.
         """
@@ -148,7 +157,7 @@ class ParseContext:
             where = "negative" if due_ms < 0 else "after 9999-12-31T23:59:59.999Z"
             detail = f"due time {short(str(due_ms), 40)} ms is {where}; the allowed range is {_DUE_RANGE}"
             return "bad-due-time", detail
-        problem = self.callback_topic_problem(callback_topic)
+        problem = self.callback_topic_problem(callback_topic, request_topic)
         if problem is not None:
             # The detail names the topic, which may be a megabyte of input.
             return problem[0], short(problem[1])
@@ -170,7 +179,7 @@ class ParseContext:
         """
         timer_id = future.id
         id_bytes = len(timer_id.encode())
-        problem = self.timer_problem(id_bytes, due_ms, future.callBackTopic)
+        problem = self.timer_problem(id_bytes, due_ms, future.callBackTopic, record.topic)
         if problem is not None:
             reason, detail = problem
             return Rejection(record, reason, detail, "" if reason == "invalid-id" else timer_id)

@@ -11,6 +11,7 @@ import fnmatch
 import re
 from dataclasses import dataclass, field
 
+from futures.ingress.registry import SchemaCheck
 from ktimers.config import TopicsConfig
 
 # Kafka's own rule for topic names.
@@ -41,6 +42,11 @@ class ParseLimits:
     allowed_callback_topics: tuple[str, ...] = ()
     #: fnmatch patterns of refused callback topics (see DEFAULT_DENIED_CALLBACK_TOPICS).
     denied_callback_topics: tuple[str, ...] = DEFAULT_DENIED_CALLBACK_TOPICS
+    #: (request topic, fnmatch patterns) of the request topics that have their own list of
+    #: callback topics; it replaces ``allowed_callback_topics`` for their records.
+    own_callback_topics: tuple[tuple[str, tuple[str, ...]], ...] = ()
+    #: Checks the schema id of framed requests against a Schema Registry; None trusts the message index.
+    schemas: SchemaCheck | None = None
     #: Largest timer accepted, as stored: its serialized ``StoredTimer`` plus table
     #: key (bytes). Larger requests are dead-lettered ``payload-too-large`` at ingest.
     max_payload_bytes: int = 1_000_000
@@ -57,8 +63,11 @@ class ParseLimits:
         """
         return cls(topics=topics, app_id=app_id, max_payload_bytes=NO_PAYLOAD_LIMIT)
 
-    def callback_topic_problem(self, topic: str) -> tuple[str, str] | None:
-        """Why ``topic`` cannot receive callbacks, as (reason code, detail), or None if it can."""
+    def callback_topic_problem(self, topic: str, request_topic: str | None = None) -> tuple[str, str] | None:
+        """Why ``topic`` cannot receive callbacks of a record of ``request_topic``: (reason, detail), or None.
+
+        ``request_topic`` None: the checks common to every request topic, and ``allowed_callback_topics``.
+        """
         if not topic:
             return "missing-callback-topic", "callBackTopic is empty"
         if not _TOPIC_NAME.fullmatch(topic) or topic in (".", ".."):
@@ -74,12 +83,26 @@ class ParseLimits:
                 f"{topic!r} matches {denied!r} of TIMERS_DENIED_CALLBACK_TOPICS (internal topics of "
                 "Kafka platforms are refused unless that variable says otherwise)",
             )
-        if self.allowed_callback_topics and not any(
-            fnmatch.fnmatchcase(topic, pattern) for pattern in self.allowed_callback_topics
-        ):
-            allowed = ",".join(self.allowed_callback_topics)
-            return (
-                "callback-topic-not-allowed",
-                f"{topic!r} is not in TIMERS_ALLOWED_CALLBACK_TOPICS={allowed}",
+        own = self.own_callback_topics_of(request_topic) if request_topic is not None else None
+        allowed = self.allowed_callback_topics if own is None else own
+        if not allowed or any(fnmatch.fnmatchcase(topic, pattern) for pattern in allowed):
+            return None
+        if own is not None:
+            setting = (
+                "TIMERS_REQUEST_ALLOWED_CALLBACK_TOPICS"
+                if request_topic == self.topics.request
+                else "TIMERS_INGRESS_TOPICS"
             )
-        return None
+            where = f"its own list {','.join(own)} ({setting})"
+        else:
+            where = f"TIMERS_ALLOWED_CALLBACK_TOPICS={','.join(allowed)}"
+        if request_topic is None:
+            return "callback-topic-not-allowed", f"{topic!r} is not in {where}"
+        return (
+            "callback-topic-not-allowed",
+            f"{topic!r} is not allowed for request topic {request_topic!r}: not in {where}",
+        )
+
+    def own_callback_topics_of(self, request_topic: str) -> tuple[str, ...] | None:
+        """The callback-topic patterns ``request_topic`` has of its own, or None: it has none."""
+        return next((p for t, p in self.own_callback_topics if t == request_topic), None)

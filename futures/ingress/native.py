@@ -1,7 +1,11 @@
 """The native format of `timer-request`: a ``Future``, a ``Cancel`` or a ``FutureBatch``.
 
-The record header ``kt-kind`` tells them apart (absent = ``Future``, so seed
-producers that send bare Futures keyed by the due second keep working).
+A bare message: the record header ``kt-kind`` tells them apart (absent =
+``Future``, so seed producers that send bare Futures keyed by the due second
+keep working). A message in the Schema Registry wire format (its first byte is
+0, which no protobuf message starts with): the message index tells them apart
+(:mod:`futures.ingress.framing`) and ``kt-kind`` is ignored; with a registry
+configured, the schema id is checked first (:mod:`futures.ingress.registry`).
 """
 
 from __future__ import annotations
@@ -18,6 +22,7 @@ from futures.ingress.base import (
     Request,
     shown,
 )
+from futures.ingress.framing import REQUEST_KINDS, is_framed, unframe
 from futures.ingress.records import SourceRecord
 from ktimers.deadletter import short
 from ktimers.wire import (
@@ -41,19 +46,53 @@ MAX_REFUSED_PER_BATCH = 10
 
 
 def parse(record: SourceRecord, context: ParseContext) -> list[Request]:
+    value = record.value
+    if is_framed(value):
+        assert value is not None  # noqa: S101 - is_framed says so
+        return _parse_framed(record, value, context)
     kind = header_value(record.headers, KIND_HEADER)
-    if kind == KIND_BATCH:
-        return _parse_batch(record, context)
-    if kind == KIND_CANCEL:
-        return [_parse_cancel(record)]
-    if kind not in (None, KIND_FUTURE):
+    if kind not in (None, KIND_FUTURE, KIND_BATCH, KIND_CANCEL):
         detail = f"{KIND_HEADER}={shown(kind)}: expected 'future', 'cancel' or 'batch'"
         return [Rejection(record, "unknown-kind", detail)]
-    return [_parse_future(record, context)]
+    return _parse_message(record, kind or KIND_FUTURE, value, context)
 
 
-def _parse_cancel(record: SourceRecord) -> Request:
-    named = cancel_id(record.value)
+def _parse_message(
+    record: SourceRecord, kind: bytes, value: bytes | None, context: ParseContext
+) -> list[Request]:
+    """``value`` (the record's, or the message inside its framing) parsed as the ``kind`` it is."""
+    if kind == KIND_BATCH:
+        return _parse_batch(record, value, context)
+    if kind == KIND_CANCEL:
+        return [_parse_cancel(record, value)]
+    return [_parse_future(record, value, context)]
+
+
+def _parse_framed(record: SourceRecord, value: bytes, context: ParseContext) -> list[Request]:
+    framed = unframe(value)
+    if isinstance(framed, str):
+        return [Rejection(record, "undecodable", f"Schema Registry framing: {framed}")]
+    kind = framed.kind
+    if kind is None:
+        detail = (
+            f"schema id {framed.schema_id}, message index {short(framed.where(), 80)}: "
+            f"proto/timers.proto's Future is {_INDEX[KIND_FUTURE]}, FutureBatch {_INDEX[KIND_BATCH]}, "
+            f"Cancel {_INDEX[KIND_CANCEL]}"
+        )
+        return [Rejection(record, "unknown-message-index", detail)]
+    schemas = context.limits.schemas
+    problem = None if schemas is None else schemas.problem(framed)
+    if problem is not None:
+        return [Rejection(record, *problem)]
+    return _parse_message(record, kind, framed.message, context)
+
+
+#: The message index of each request kind, for details.
+_INDEX = {kind: "[" + ", ".join(map(str, index)) + "]" for index, kind in REQUEST_KINDS.items()}
+
+
+def _parse_cancel(record: SourceRecord, value: bytes | None) -> Request:
+    named = cancel_id(value)
     if isinstance(named, str):
         return CancelRequest(record, named)
     return Rejection(record, *named)
@@ -73,16 +112,21 @@ def cancel_id(value: bytes | None) -> str | tuple[str, str]:
     return cancel.id
 
 
-def fast_parse(kind: bytes | None, value: bytes | None, context: ParseContext) -> Future | str | None:
+def fast_parse(
+    kind: bytes | None, value: bytes | None, context: ParseContext, topic: str | None = None
+) -> Future | str | None:
     """The common native records without the cost of :func:`parse`, for bulk readers (the Spark jobs).
 
     ``kind`` is the record's ``kt-kind`` header (its last value, :func:`header_value`),
-    ``value`` its value. Returns the normalised Future of a single-Future record
-    that :func:`parse` would schedule (it names its id and due_ms), the timer id
-    of a valid Cancel, or None: then :func:`parse` decides (rejections, batches,
-    derived ids and due times, a payload limit to check). Where it answers, the
-    answer is the one :func:`parse` gives (tests/ingress/test_fast_parse.py).
+    ``value`` its value, ``topic`` its topic (default: `timer-request`). Returns the
+    normalised Future of a single-Future record that :func:`parse` would schedule
+    (it names its id and due_ms), the timer id of a valid Cancel, or None: then
+    :func:`parse` decides (rejections, batches, derived ids and due times, a
+    payload limit to check, framed records). Where it answers, the answer is the
+    one :func:`parse` gives (tests/ingress/test_fast_parse.py).
     """
+    if is_framed(value):
+        return None
     if kind == KIND_CANCEL:
         named = cancel_id(value)
         return named if isinstance(named, str) else None
@@ -95,7 +139,8 @@ def fast_parse(kind: bytes | None, value: bytes | None, context: ParseContext) -
     timer_id = future.id
     if not timer_id or not future.HasField("due_ms"):
         return None
-    if context.timer_problem(len(timer_id.encode()), future.due_ms, future.callBackTopic) is not None:
+    request_topic = context.request_topic if topic is None else topic
+    if context.timer_problem(len(timer_id.encode()), future.due_ms, future.callBackTopic, request_topic):
         return None
     return future
 
@@ -104,11 +149,11 @@ def _too_long(timer_id: str) -> bool:
     return len(timer_id.encode()) > MAX_ID_BYTES
 
 
-def _parse_future(record: SourceRecord, context: ParseContext) -> Request:
-    if record.value is None:
+def _parse_future(record: SourceRecord, value: bytes | None, context: ParseContext) -> Request:
+    if value is None:
         return Rejection(record, "undecodable", "tombstone (null value) on the request topic")
     try:
-        future = Future.FromString(record.value)
+        future = Future.FromString(value)
     except DecodeError as exc:
         return Rejection(record, "undecodable", short(f"not a Future message: {exc}"))
     if not future.id:
@@ -128,9 +173,9 @@ def _parse_future(record: SourceRecord, context: ParseContext) -> Request:
     return context.accept(record, future, due_ms)
 
 
-def _parse_batch(record: SourceRecord, context: ParseContext) -> list[Request]:
+def _parse_batch(record: SourceRecord, value: bytes | None, context: ParseContext) -> list[Request]:
     try:
-        batch = FutureBatch.FromString(record.value or b"")
+        batch = FutureBatch.FromString(value or b"")
     except DecodeError as exc:
         return [Rejection(record, "undecodable", short(f"not a FutureBatch message: {exc}"))]
     if not batch.futures:

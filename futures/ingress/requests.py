@@ -41,7 +41,6 @@ __all__ = [
     "RequestParser",
     "Schedule",
     "parse_record",
-    "parse_request",
     "seed_id",
 ]
 
@@ -123,14 +122,3 @@ def parse_record(record: SourceRecord, limits: ParseLimits, now_ms: int) -> list
     exception of a format parser becomes an ``internal-error`` rejection.
     """
     return RequestParser(limits, now_ms).parse(record)
-
-
-def parse_request(record: SourceRecord, limits: ParseLimits, now_ms: int) -> Request:
-    """``record`` parsed as one native request (a ``Future`` or a ``Cancel``), whatever its topic.
-
-    Kept for callers of the single-format API; prefer :func:`parse_record`.
-    """
-    requests = RequestParser(limits, now_ms).parse_as(record, IngressFormat.NATIVE)
-    if len(requests) != 1:
-        raise ValueError(f"{record.where()} holds {len(requests)} requests: use parse_record")
-    return requests[0]

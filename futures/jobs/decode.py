@@ -134,7 +134,7 @@ class RequestRows:
             value, offset = msg.value(), msg.offset() or 0
             stamp_type, stamp = msg.timestamp()
             stamp_ms = stamp if stamp_type and stamp >= 0 else -1
-            found = fast_parse(kind, value, context) if native else None
+            found = fast_parse(kind, value, context, topic) if native else None
             if found is None:
                 self._parse(SourceRecord(topic, partition, offset, msg.key(), value, headers or (), stamp_ms))
                 continue
@@ -168,7 +168,7 @@ class RequestRows:
     ) -> None:
         """One record, field by field; ``stamp_ms``: its timestamp, epoch ms or -1."""
         kind = header_value(headers, KIND_HEADER)
-        found = fast_parse(kind, value, self._context) if topic in self._native else None
+        found = fast_parse(kind, value, self._context, topic) if topic in self._native else None
         if found is None:
             self._parse(SourceRecord(topic, partition, offset, key, value, headers, stamp_ms))
         elif isinstance(found, str):

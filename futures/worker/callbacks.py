@@ -5,14 +5,13 @@ values — is about a quarter of what a fired timer costs the worker (~4 µs of 
 :func:`prepare` does it once, from the stored bytes; what is left when the timer
 comes due is the ``produce`` call (:meth:`~futures.worker.dispatch.Dispatcher.send`).
 Precise mode's windows prepare their second's timers while the second before is
-sending; in second mode, :class:`Lookahead` prepares the next second's first
-chunk while the worker waits for its tick.
+sending; in second mode, :mod:`futures.worker.lookahead` prepares the next
+second's while the worker waits for its tick.
 """
 
 from __future__ import annotations
 
 import sys
-from collections.abc import Iterable, Iterator
 from typing import NamedTuple
 
 from ktimers.producer import RecordHeaders
@@ -74,55 +73,3 @@ def prepare(key: bytes, partition: int, stored: bytes) -> Callback:
         own,
         token,
     )
-
-
-class Lookahead:
-    """Second mode: callbacks of the next second, prepared while the worker waits for its tick.
-
-    A tick fires every timer due by its second in one go; preparing them then is on the
-    path of every callback but the first. Between ticks the worker is mostly idle, so
-    after a partition's clock moves to s, the engine prepares its timers due by s + 1
-    (:meth:`fill`), at most ``budget`` callbacks across partitions (``TIMERS_FIRE_CHUNK_SIZE``:
-    what a firing holds in memory anyway). A prepared callback is used only when the timer
-    the tick's scan reads is stored exactly as it was prepared (:meth:`take`): a timer
-    replaced, cancelled or added since is read and prepared at the tick, as without this.
-    """
-
-    def __init__(self, budget: int) -> None:
-        self.budget = budget
-        self._ready: dict[int, dict[bytes, Callback]] = {}  # partition → table key → callback
-        self._count = 0
-
-    def __len__(self) -> int:
-        return self._count
-
-    def partitions(self) -> list[int]:
-        return list(self._ready)
-
-    def room(self) -> int:
-        return max(self.budget - self._count, 0)
-
-    def fill(self, partition: int, items: Iterable[tuple[bytes, bytes]]) -> None:
-        """Prepare the timers ``items`` ((table key, stored bytes)) of ``partition``."""
-        ready = self._ready.setdefault(partition, {})
-        before = len(ready)
-        for key, stored in items:
-            ready[key] = prepare(key, partition, stored)
-        self._count += len(ready) - before
-
-    def drop(self, partition: int) -> None:
-        """Forget what was prepared for ``partition`` (a new second is prepared, or it was revoked)."""
-        self._count -= len(self._ready.pop(partition, {}))
-
-    def take(self, items: Iterable[tuple[bytes, int, bytes]]) -> Iterator[Callback]:
-        """The callbacks of the timers ``items`` ((table key, partition, stored bytes)) as a tick's
-        scan read them: prepared ahead where still valid, else prepared now."""
-        ready = self._ready
-        for key, partition, stored in items:
-            callbacks = ready.get(partition)
-            callback = None if callbacks is None else callbacks.pop(key, None)
-            if callback is None:
-                yield prepare(key, partition, stored)
-                continue
-            self._count -= 1
-            yield callback if callback.stored == stored else prepare(key, partition, stored)

@@ -10,7 +10,10 @@ from functools import cached_property
 from pathlib import Path
 
 from futures.ingress.limits import DEFAULT_APP_ID, DEFAULT_DENIED_CALLBACK_TOPICS, ParseLimits
+from futures.ingress.registry import SchemaCheck
+from futures.worker.schemas import REGISTRY_ENV, SchemaRegistryConfig
 from ktimers.config import (
+    NO_DEFAULT,
     CommonConfig,
     Env,
     EnvVar,
@@ -77,6 +80,9 @@ class WorkerConfig:
     ingest_batch_size: int = 2000
     #: Timers dispatched per produce/flush round when a second is due.
     fire_chunk_size: int = 60_000
+    #: What the worker holds for firing, all partitions together (bytes): callbacks built ahead,
+    #: pieces in flight and precise windows (futures/worker/context.py, FireBudget).
+    fire_budget_bytes: int = 64 * 1024 * 1024
     #: Precise mode: on tick s, also take the timers due by s + 1 and send each
     #: at its own millisecond (by this worker's clock), instead of all at the next tick.
     precise: bool = False
@@ -100,6 +106,10 @@ class WorkerConfig:
     session_timeout_s: float | None = None
     heartbeat_s: float | None = None
     rebalance_timeout_s: float | None = None
+    #: The request topic's own fnmatch patterns of callback topics; empty: ``allowed_callback_topics``.
+    request_allowed_callback_topics: tuple[str, ...] = ()
+    #: The Schema Registry that framed requests' schema ids are checked against; None trusts them.
+    schema_registry: SchemaRegistryConfig | None = None
 
     @classmethod
     def from_env(cls, env: Env | None = None) -> WorkerConfig:
@@ -125,6 +135,7 @@ class WorkerConfig:
             max_due_ahead_s=env_float(env, "TIMERS_MAX_DUE_AHEAD_S", cls.max_due_ahead_s),
             ingest_batch_size=env_int(env, "TIMERS_INGEST_BATCH_SIZE", cls.ingest_batch_size),
             fire_chunk_size=env_int(env, "TIMERS_FIRE_CHUNK_SIZE", cls.fire_chunk_size),
+            fire_budget_bytes=env_int(env, "TIMERS_FIRE_BUDGET_BYTES", cls.fire_budget_bytes),
             precise=env_bool(env, "TIMERS_PRECISE", cls.precise),
             admin_token=Secret(token) if (token := env.get("TIMERS_ADMIN_TOKEN", "").strip()) else None,
             admin_read_token=Secret(read)
@@ -136,6 +147,8 @@ class WorkerConfig:
             session_timeout_s=_optional_float(env, "TIMERS_SESSION_TIMEOUT_S"),
             heartbeat_s=_optional_float(env, "TIMERS_HEARTBEAT_S"),
             rebalance_timeout_s=_optional_float(env, "TIMERS_REBALANCE_TIMEOUT_S"),
+            request_allowed_callback_topics=_patterns(env.get("TIMERS_REQUEST_ALLOWED_CALLBACK_TOPICS", "")),
+            schema_registry=SchemaRegistryConfig.from_env(env),
         )
         config.validate()
         return config
@@ -155,6 +168,11 @@ class WorkerConfig:
             raise ConfigError("TIMERS_MAX_PAYLOAD_BYTES must be >= 1")
         if self.ingest_batch_size < 1 or self.fire_chunk_size < 1:
             raise ConfigError("TIMERS_INGEST_BATCH_SIZE and TIMERS_FIRE_CHUNK_SIZE must be >= 1")
+        if self.fire_budget_bytes < 1024 * 1024:
+            raise ConfigError(
+                f"TIMERS_FIRE_BUDGET_BYTES={self.fire_budget_bytes}: use at least 1048576 (1 MiB); "
+                "the default is 67108864 (64 MiB)"
+            )
         if self.admin_token is not None and len(self.admin_token.get_secret_value()) < 16:
             raise ConfigError("TIMERS_ADMIN_TOKEN is too short: use at least 16 random characters")
         read = self.admin_read_token.get_secret_value() if self.admin_read_token else None
@@ -202,12 +220,21 @@ class WorkerConfig:
 
     @cached_property
     def parse_limits(self) -> ParseLimits:
-        """What requests are parsed with: the callback-topic policy, size and horizon limits."""
+        """What requests are parsed with: the callback-topic policy, size and horizon limits.
+
+        Built once per worker: its Schema Registry check keeps what it learnt across batches.
+        """
+        topics = self.common.topics
+        own = topics.ingress_callback_topics
+        if self.request_allowed_callback_topics:
+            own = ((topics.request, self.request_allowed_callback_topics), *own)
         return ParseLimits(
-            topics=self.common.topics,
+            topics=topics,
             app_id=self.app_id,
             allowed_callback_topics=self.allowed_callback_topics,
             denied_callback_topics=self.denied_callback_topics,
+            own_callback_topics=own,
+            schemas=None if self.schema_registry is None else SchemaCheck(self.schema_registry.client()),
             max_payload_bytes=self.max_payload_bytes,
             max_due_ahead_s=self.max_due_ahead_s,
         )
@@ -256,6 +283,13 @@ WORKER_ENV: tuple[EnvVar, ...] = (
         "comma-separated fnmatch patterns, e.g. orders-*,reminders",
     ),
     EnvVar(
+        "TIMERS_REQUEST_ALLOWED_CALLBACK_TOPICS",
+        default_of(
+            WorkerConfig, "request_allowed_callback_topics", f"{NO_DEFAULT} (TIMERS_ALLOWED_CALLBACK_TOPICS)"
+        ),
+        "the request topic's own fnmatch patterns of callback topics, comma-separated",
+    ),
+    EnvVar(
         "TIMERS_DENIED_CALLBACK_TOPICS",
         default_of(WorkerConfig, "denied_callback_topics"),
         "fnmatch patterns refused as callback topics; empty allows them. "
@@ -280,6 +314,11 @@ WORKER_ENV: tuple[EnvVar, ...] = (
         "TIMERS_FIRE_CHUNK_SIZE",
         default_of(WorkerConfig, "fire_chunk_size"),
         "timers sent, not yet deleted (three overlapping pieces); bounds duplicates after a crash",
+    ),
+    EnvVar(
+        "TIMERS_FIRE_BUDGET_BYTES",
+        default_of(WorkerConfig, "fire_budget_bytes"),
+        "bytes the worker holds for firing (callbacks built ahead, in flight, in precise windows)",
     ),
     EnvVar(
         "TIMERS_PRECISE",
@@ -321,6 +360,7 @@ WORKER_ENV: tuple[EnvVar, ...] = (
     EnvVar(
         "TIMERS_REBALANCE_TIMEOUT_S", profile_default("rebalance_timeout_s"), "rebalance timeout, seconds"
     ),
+    *REGISTRY_ENV,
 )
 
 

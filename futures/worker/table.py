@@ -233,7 +233,12 @@ class PartitionTimers:
         return None if value is None else bytes(value)
 
     def due_items(
-        self, limit_ms: int, max_count: int, after: bytes | None = None, from_ms: int = 0
+        self,
+        limit_ms: int,
+        max_count: int,
+        after: bytes | None = None,
+        from_ms: int = 0,
+        max_bytes: int | None = None,
     ) -> list[tuple[bytes, bytes]]:
         """Up to ``max_count`` pending timers with due_ms <= ``limit_ms``, earliest first, as
         (table key, ``StoredTimer`` bytes): the fire path's and precise windows' scan.
@@ -242,7 +247,7 @@ class PartitionTimers:
         fired and deleted), and so never walks the tombstones that firing leaves at
         the head of the key range. ``after``: resume past this table key (timers kept
         for a retry are not returned again). ``from_ms``: only timers due at or after
-        it (epoch ms).
+        it (epoch ms). ``max_bytes``: stop once the values read reach it (at least one is read).
         """
         start_ms = max(self._scan_start_ms(), from_ms)
         start = TIMER_PREFIX + due_prefix(start_ms)
@@ -253,11 +258,17 @@ class PartitionTimers:
         append = found.append
         it = self._db.iter()
         it.seek(start)
+        room = -1 if max_bytes is None else max_bytes
         while it.valid() and len(found) < max_count:
             key = it.key()
             if key >= stop:
                 break
-            append((key, it.value()))
+            value = it.value()
+            append((key, value))
+            if room >= 0:
+                room -= len(value)
+                if room <= 0:
+                    break
             it.next()
         return found
 

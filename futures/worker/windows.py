@@ -18,14 +18,27 @@ from __future__ import annotations
 
 import asyncio
 import heapq
-from collections.abc import Callable, Collection, Coroutine, Mapping
+from collections.abc import Callable, Collection, Coroutine, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from futures.worker.callbacks import Callback, prepare
+from futures.worker.context import callback_bytes
 
 #: A timer for a window: (due epoch ms, table key, its callback).
 Item = tuple[int, bytes, Callback]
+
+
+@dataclass
+class Gauge:
+    """Bytes of callbacks the open windows hold (taken, or sent and not yet settled), all
+    partitions together, against the windows' share of ``TIMERS_FIRE_BUDGET_BYTES``."""
+
+    max_bytes: int
+    used: int = 0
+
+    def full(self) -> bool:
+        return self.used >= self.max_bytes
 
 
 def window_of(due_ms: int) -> int:
@@ -39,6 +52,7 @@ class Window:
 
     partition: int
     second: int  # holds the timers due in ((second - 1) · 1000, second · 1000]
+    gauge: Gauge
     #: (due ms, table key) of the timers still to send, earliest first; their callbacks in ``callbacks``.
     heap: list[tuple[int, bytes]] = field(default_factory=list)
     callbacks: dict[bytes, Callback] = field(default_factory=dict)
@@ -57,9 +71,13 @@ class Window:
         """Take a timer (a new version replaces a pending one of the same key); True if it
         is now the earliest to send."""
         due_ms, key, callback = item
-        if key not in self.callbacks:
+        old = self.callbacks.get(key)
+        if old is None:
             heapq.heappush(self.heap, (due_ms, key))
+        else:
+            self.gauge.used -= callback_bytes(old)
         self.callbacks[key] = callback
+        self.gauge.used += callback_bytes(callback)
         self.held.add(key)
         self.removed.discard(key)  # withdrawn for this very version: it is the one to send
         return self.heap[0][1] == key
@@ -69,12 +87,26 @@ class Window:
         return self.heap[0][0] if self.heap else None
 
     def pop(self) -> Callback | None:
-        """The next timer's callback, or None if it was cancelled or replaced."""
+        """The next timer's callback, or None if it was cancelled or replaced. Its bytes stay
+        counted until it is settled (:meth:`settled`)."""
         _, key = heapq.heappop(self.heap)
         callback = self.callbacks.pop(key, None)
-        if callback is None or key in self.removed:
+        if callback is None:
+            return None
+        if key in self.removed:
+            self.gauge.used -= callback_bytes(callback)
             return None
         return callback
+
+    def settled(self, callbacks: Iterable[Callback]) -> None:
+        """``callbacks`` it sent are settled (or left to the table): their bytes are free."""
+        self.gauge.used -= sum(callback_bytes(c) for c in callbacks)
+
+    def release(self) -> None:
+        """It sends no more: the bytes of the callbacks it still holds are free."""
+        self.gauge.used -= sum(callback_bytes(c) for c in self.callbacks.values())
+        self.callbacks.clear()
+        self.heap.clear()
 
     async def wait(self, seconds: float) -> None:
         """Sleep ``seconds``, or less if :meth:`Windows.offer` adds an earlier timer meanwhile."""
@@ -100,10 +132,12 @@ FailFn = Callable[[BaseException], None]
 class Windows:
     """The open windows, by partition and second."""
 
-    def __init__(self, max_timers: int, on_failure: FailFn) -> None:
+    def __init__(self, max_timers: int, max_bytes: int, on_failure: FailFn) -> None:
         self._open: dict[tuple[int, int], Window] = {}
-        #: Timers a window takes at most (``TIMERS_FIRE_CHUNK_SIZE``): the rest wait for a tick's scan.
+        #: Timers a window takes at most (``TIMERS_FIRE_CHUNK_SIZE``), and bytes all of them hold
+        #: at most (a quarter of ``TIMERS_FIRE_BUDGET_BYTES``): the rest wait for a tick's scan.
         self.max_timers = max_timers
+        self.gauge = Gauge(max_bytes)
         #: Told of a window whose sending failed (its durable writes failed: the worker must stop).
         self._on_failure = on_failure
         #: Every window's task until it ends, revoked ones included: the loop keeps only weak references.
@@ -121,7 +155,7 @@ class Windows:
 
     def open(self, partition: int, second: int, items: list[Item], send: SendFn) -> None:
         """Run ``send(window)`` for the timers ``items``; it must call :meth:`close` when done."""
-        window = Window(partition, second)
+        window = Window(partition, second, self.gauge)
         for item in items:
             window.add(item)
         self._open[(partition, second)] = window
@@ -171,7 +205,13 @@ class Windows:
         """A timer just accepted into the table (``stored``: its ``StoredTimer`` bytes): its window
         sends it, if that window is open and still sending; otherwise a tick's scan finds it."""
         window = self._open.get((partition, window_of(due_ms)))
-        if window is None or window.closing or key in window.sent or len(window.held) >= self.max_timers:
+        if (
+            window is None
+            or window.closing
+            or key in window.sent
+            or len(window.held) >= self.max_timers
+            or self.gauge.full()
+        ):
             return
         if window.add((due_ms, key, prepare(key, partition, stored))) and window.waiter is not None:
             _wake(window.waiter)

@@ -5,7 +5,15 @@ from __future__ import annotations
 from datetime import datetime
 from pathlib import Path
 
-from bench.failover import LAST_STEP, Round, log_steps, steps_table
+from bench.failover import LAST_STEP, Round, log_steps, steps
+from bench.render import failover_block
+from bench.results import FailoverRun
+
+
+def report(rounds: list[Round]) -> list[str]:
+    """The step table `make failover` writes into FAILOVER.md for ``rounds``."""
+    run = FailoverRun("cmd", "now", "broker", 1, 100, "settings", "0", "0", 2, steps=steps(rounds))
+    return failover_block(run)
 
 
 def epoch_ms(text: str) -> int:
@@ -25,21 +33,21 @@ def test_a_restart_round_is_broken_down_by_the_new_workers_log(tmp_path: Path) -
     )
     killed = epoch_ms("2026-11-24 03:15:29.090")
 
-    steps = log_steps(log, "restart", killed)
+    found = log_steps(log, "restart", killed)
 
     # The first line of each step after the kill; a later rejoin does not move it.
-    assert list(steps.values()) == [514, 571, 3583, 3602]
-    report = steps_table([Round("restart", [0], {0: 3700}, steps), Round("restart", [0], {0: 3900}, steps)])
-    assert "| restart | JoinGroup answered | 3.58 | 3.58–3.58 |" in report
-    assert f"| restart | {LAST_STEP} | 3.80 | 3.70–3.90 |" in report
+    assert list(found.values()) == [514, 571, 3583, 3602]
+    lines = report([Round("restart", [0], {0: 3700}, found), Round("restart", [0], {0: 3900}, found)])
+    assert "| restart | JoinGroup answered | 3.58 | 3.58–3.58 |" in lines
+    assert f"| restart | {LAST_STEP} | 3.80 | 3.70–3.90 |" in lines
 
 
 def test_a_step_missing_from_a_log_shows_no_figure(tmp_path: Path) -> None:
     log = tmp_path / "worker.log"
     log.write_text("[2026-11-24 03:15:32,673] [1] [INFO] Joined group 'g' (generation 6) with member_id m \n")
-    steps = log_steps(log, "takeover", epoch_ms("2026-11-24 03:15:29.090"))
+    found = log_steps(log, "takeover", epoch_ms("2026-11-24 03:15:29.090"))
 
-    report = steps_table([Round("takeover", [0], {0: 9000}, steps)])
+    lines = report([Round("takeover", [0], {0: 9000}, found)])
 
-    assert "| takeover | JoinGroup answered | 3.58 | 3.58–3.58 |" in report
-    assert any(line.startswith("| takeover | the dead member dropped") and "| — |" in line for line in report)
+    assert "| takeover | JoinGroup answered | 3.58 | 3.58–3.58 |" in lines
+    assert any(line.startswith("| takeover | the dead member dropped") and "| — |" in line for line in lines)

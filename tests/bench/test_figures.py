@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import shutil
+from pathlib import Path
+
 import numpy as np
 
 from bench.aggregate import of_fire, rate, spread
-from bench.capacity import Row, Step, read_report, report
 from bench.profiling import summarize
-from bench.results import OURS, REDIS, Fire, ProfileSummary, Results
+from bench.render import render, targets_block
+from bench.results import OURS, REDIS, CapacityRun, CapacityStep, Fire, ProfileSummary, Results
 from bench.stats import burst_rate, lateness, rate_series, rise_rate
 from bench.targets import MET, MISSED, NOT_MEASURED, evaluate
 
@@ -111,71 +114,49 @@ def test_targets_give_verdicts_and_gaps_from_the_median():
 
 
 def test_a_missed_target_shows_the_profile_of_its_phase_and_what_would_close_it():
-    from bench.report import targets_section
-
     runs = [_run(50_000, 100_000)]
     runs[0].profiles.append(
         ProfileSummary("hot-second", 200, [("produce (kafka.py:3)", 40.0)], [("send (dispatch.py)", 70.0)])
     )
-    text = "\n".join(targets_section(runs))
+    text = "\n".join(targets_block(runs))
     fire = text.split("- **Fire, hot second of 100,000: ≥ 100 k/s** (short by 50 %).", 1)[1]
     profile, closes = fire.splitlines()[1:3]
     assert "phase `hot-second` (200 samples): own time `produce (kafka.py:3)` 40 %" in profile
     assert "`send (dispatch.py)` 70 %" in profile
-    assert closes.startswith("  - What would close it: ") and "(PERFORMANCE.md#firing-a-timer)" in closes
+    assert closes == "  - What would close it: [PERFORMANCE.md](PERFORMANCE.md#firing-a-timer)."
     # The ratio to Redis is missed in the same phase: its profile is not repeated.
     assert "- **Fire, hot second of 100,000: ≥ 60 % of the Redis poller's rate" in text
     assert "  - Profile: phase `hot-second`, as above." in text
     # Met targets get neither.
     assert "last callback ≤ 1.5 s after due** (" not in text
     every_missed = [v for v in evaluate(runs) if v.status == MISSED]
-    assert every_missed and all(v.closes for v in every_missed)
+    assert every_missed and all(v.see for v in every_missed)
 
 
-def test_a_hot_second_later_than_redis_is_put_down_to_the_fire_rate_not_the_tick():
-    from bench.report import redis_ahead_section
-
-    r = Results(profile="test", started="now", sizes={"hot_timers": 100})
-    for system, last_ms, fire_rate in ((OURS, 1080, 95_000.0), (REDIS, 1000, 190_000.0)):
-        due = ms(*[1000] * 100)
-        arrived = due + np.linspace(last_ms - 200, last_ms, 100).astype(np.int64)
-        late = lateness(100, due, arrived - 5, arrived)
-        r.fires.append(
-            Fire(system=system, workload="hot-second", timers=100, fire_rate=fire_rate, lateness=late)
-        )
-    text = "\n".join(redis_ahead_section([r]))
-    lateness_line = next(
-        line for line in text.splitlines() if line.startswith("- **Lateness p99, hot second")
-    )
-    assert "at its fire rate" in lateness_line and "path of the tick" not in lateness_line
+def _capacity(*sizes: tuple[int, float, float]) -> CapacityRun:
+    """A `make bench-capacity` run with a size per (pending, worker RSS in MB, hot-second rate)."""
+    steps = [CapacityStep(pending, rss_mb=rss, rates=[rate]) for pending, rss, rate in sizes]
+    return CapacityRun("python -m bench.capacity", "today", 2, 100_000, 1, steps)
 
 
-def test_a_capacity_report_reads_back_as_its_sizes_memory_and_rate_shares():
-    steps = [
-        Step(0, rss_mb=186.2, rates=[58_000, 60_000], last_ms=[1800, 1700]),
-        Step(1_000_000, load_s=25, rss_mb=186, rates=[55_000, 55_000], last_ms=[1900, 1900]),
-        Step(10_000_000, load_s=240, rss_mb=1_200.4, rates=[49_500, 49_500], last_ms=[2000, 2100]),
-    ]
-    rows = read_report(report(steps, 100_000, "python -m bench.capacity"))
-    assert [(r.pending, r.rss_mb, r.vs_before) for r in rows] == [
-        (0, 186, None),
-        (1_000_000, 186, 0.93),
-        (10_000_000, 1_200, 0.9),
-    ]
-    assert rows[0].when.endswith("UTC")
+def test_a_capacity_run_compares_each_size_with_the_size_before():
+    run = _capacity((0, 186, 60_000), (1_000_000, 186, 55_800), (10_000_000, 1_200, 50_220))
+    assert run.shares() == [None, 0.93, 0.9]
 
 
 def test_the_10_m_targets_are_judged_by_the_capacity_report_when_the_runs_loaded_less():
     runs = [_run(50_000, 100_000, max_late_ms=2000)]
-    at_10m = [Row(1_000_000, 190, 1.1, "today"), Row(10_000_000, 200, 0.93, "today")]
+    at_10m = _capacity((1_000_000, 190, 50_000), (10_000_000, 200, 46_500))
     verdicts = {v.target: v for v in evaluate(runs, at_10m)}
     rss = verdicts["10 M pending: worker RSS ≤ 300 MB"]
     assert (rss.status, rss.measured) == (
         MET,
-        "200 MB at 10,000,000 pending (`make bench-capacity`, today, above)",
+        "200 MB at 10,000,000 pending (`make bench-capacity`, today)",
     )
     assert verdicts["10 M pending: fire rate within 10 % of the rate at 1 M"].status == MET
-    slower = {v.target: v for v in evaluate(runs, [Row(10_000_000, 350, 0.79, "today")])}
+    slower = {
+        v.target: v for v in evaluate(runs, _capacity((1_000_000, 190, 50_000), (10_000_000, 350, 39_500)))
+    }
     assert (
         slower["10 M pending: worker RSS ≤ 300 MB"].status,
         slower["10 M pending: worker RSS ≤ 300 MB"].gap,
@@ -185,21 +166,36 @@ def test_the_10_m_targets_are_judged_by_the_capacity_report_when_the_runs_loaded
     )
     assert slower["10 M pending: fire rate within 10 % of the rate at 1 M"].gap == "short by 12 %"
     # A report that stopped short of 10 M judges nothing.
-    short = {v.target: v for v in evaluate(runs, [Row(1_000_000, 190, 0.95, "today")])}
+    short = {v.target: v for v in evaluate(runs, _capacity((0, 150, 50_000), (1_000_000, 190, 47_500)))}
     assert short["10 M pending: worker RSS ≤ 300 MB"].status == NOT_MEASURED
 
 
-def test_the_report_repeats_the_first_table_of_the_reports_measured_apart(tmp_path):
-    from bench.report import measured_apart
+DOCS = Path(__file__).resolve().parents[2] / "docs"
 
+
+def test_the_benchmark_pages_show_what_the_results_file_holds(tmp_path: Path):
+    # Rendering the committed results again changes nothing: the pages are in step with them.
+    for name in ("BENCHMARKS.md", "FAILOVER.md", "bench/results.json"):
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy(DOCS / name, tmp_path / name)
+    render(tmp_path)
+    for page in ("BENCHMARKS.md", "FAILOVER.md"):
+        assert (tmp_path / page).read_text() == (DOCS / page).read_text(), page
+
+
+def test_rendering_keeps_the_prose_around_the_tables_and_replaces_only_the_tables(tmp_path: Path):
     (tmp_path / "bench").mkdir()
-    (tmp_path / "bench" / "jobs.md").write_text(
-        "# Spark jobs\n\nRun on today: `python -m bench.jobs`.\n\n| master | rate |\n|---|---|\n"
-        "| local[2] | **143 k/s** |\n\nMore text.\n\n| other | table |\n|---|---|\n"
+    shutil.copy(DOCS / "bench" / "results.json", tmp_path / "bench" / "results.json")
+    page = tmp_path / "FAILOVER.md"
+    page.write_text(
+        "# Failover\n\nProse before.\n\n"
+        "<!-- results:failover -->\nstale\n<!-- /results:failover -->\n\nAfter.\n"
     )
-    lines = measured_apart(tmp_path)
-    assert "Run on today: `python -m bench.jobs`." in lines
-    assert "| local[2] | **143 k/s** |" in lines
-    assert "| other | table |" not in lines  # only the first table
-    assert "More: [bench/jobs.md](bench/jobs.md)." in lines
-    assert not any("capacity" in line for line in lines)  # not measured: no section
+
+    render(tmp_path)
+
+    text = page.read_text()
+    assert text.startswith(
+        "# Failover\n\nProse before.\n\n<!-- results:failover -->\nMeasured by `python -m bench.failover"
+    )
+    assert "stale" not in text and text.endswith("<!-- /results:failover -->\n\nAfter.\n")

@@ -37,7 +37,13 @@ PRODUCTION: dict[str, Any] = {
         "sasl": {"enabled": True, "mechanism": "SCRAM-SHA-512", "existingSecret": "kafka-timers-credentials"},
         "tls": {"enabled": True, "caSecret": "kafka-ca", "caKey": "ca.pem"},
     },
-    "topics": {"partitions": 24, "ingress": [{"name": "schedules", "format": "etf1"}]},
+    "topics": {
+        "partitions": 24,
+        "ingress": [
+            {"name": "schedules", "format": "etf1"},
+            {"name": "timers-team-a", "format": "native", "allowedCallbackTopics": ["team-a.*", "audit"]},
+        ],
+    },
     "oscillator": {
         "replicas": 3,
         "antiAffinity": "hard",
@@ -47,6 +53,8 @@ PRODUCTION: dict[str, Any] = {
     "worker": {
         "replicas": 6,
         "allowedCallbackTopics": ["orders-*", "reminders"],
+        "requestAllowedCallbackTopics": ["orders-*"],
+        "schemaRegistry": {"url": "https://registry.internal:8081", "basicAuthSecret": "registry-auth"},
         "maxPayloadBytes": 5_000_000,
         "maxDueAheadSeconds": 31_536_000,
         "latePolicy": "dlq",

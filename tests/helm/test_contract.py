@@ -20,6 +20,8 @@ WORKLOAD_KINDS = {"Deployment", "StatefulSet", "Job", "CronJob", "Pod"}
 
 #: What the kubelet gives ``fieldRef: metadata.name`` here: a StatefulSet pod's name.
 POD_NAME = "timers-worker-0"
+#: What a Secret's key holds here, for each variable its own: a token long enough, and a user:password.
+SECRET_STUB = "stubbed-{name}:stubbed-secret-value"
 
 
 def container_env(rendered: Rendered, container: dict[str, Any]) -> dict[str, str]:
@@ -28,8 +30,11 @@ def container_env(rendered: Rendered, container: dict[str, Any]) -> dict[str, st
     for source in container.get("envFrom", []):
         env.update(rendered.one("ConfigMap", source["configMapRef"]["name"])["data"])
     for item in container.get("env", []):
-        field = item.get("valueFrom", {}).get("fieldRef", {}).get("fieldPath")
+        source = item.get("valueFrom", {})
+        field = source.get("fieldRef", {}).get("fieldPath")
         default = POD_NAME if field == "metadata.name" else f"<{item['name']} from the API>"
+        if "secretKeyRef" in source:
+            default = SECRET_STUB.format(name=item["name"].lower())
         env[item["name"]] = item.get("value", default)
     return env
 
@@ -63,7 +68,17 @@ def test_values_reach_the_worker_exactly(render: RenderFn) -> None:
     assert config.max_due_ahead_s == 31_536_000
     assert config.late_policy is LatePolicy.DLQ
     assert config.common.topics.partitions == 24
-    assert [(name, fmt.value) for name, fmt in config.common.topics.ingress] == [("schedules", "etf1")]
+    topics = config.common.topics
+    assert [(name, fmt.value) for name, fmt in topics.ingress] == [
+        ("schedules", "etf1"),
+        ("timers-team-a", "native"),
+    ]
+    assert topics.ingress_callback_topics == (("timers-team-a", ("team-a.*", "audit")),)
+    # The helm test schedules through the request topic: its callback topic is let through.
+    assert config.request_allowed_callback_topics == ("orders-*", "kafka-timers-helm-test")
+    assert config.schema_registry is not None
+    assert config.schema_registry.url == "https://registry.internal:8081"
+    assert config.schema_registry.basic_auth is not None  # read from the Secret (stubbed here)
     assert config.admin_token is not None  # read from the Secret (stubbed here)
     assert config.admin_read_token is not None
     # The topic Job creates and checks the ingress topic along with the others.

@@ -43,6 +43,12 @@ PASS_THROUGH = {"podSecurityContext", "securityContext", "resources"}
             {"worker": {"networkPolicy": {"scrapeFrom": {"app": "prometheus"}}}},
             "/worker/networkPolicy/scrapeFrom",
         ),
+        ({"worker": {"schemaRegistry": {"url": "registry:8081"}}}, "/worker/schemaRegistry/url"),
+        ({"worker": {"requestAllowedCallbackTopics": ["a,b"]}}, "/worker/requestAllowedCallbackTopics/0"),
+        (
+            {"topics": {"ingress": [{"name": "t", "format": "native", "allowedCallbackTopics": []}]}},
+            "/topics/ingress/0/allowedCallbackTopics",
+        ),
     ],
 )
 def test_schema_rejects_bad_values(values: dict[str, Any], where: str) -> None:

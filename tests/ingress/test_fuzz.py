@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import json
 
-from hypothesis import HealthCheck, event, given, settings
+from hypothesis import event, given
 from hypothesis import strategies as st
 
 from futures.ingress.base import MAX_DUE_MS, MAX_ID_BYTES, PARSE_REASONS
@@ -22,6 +22,7 @@ from futures.ingress.requests import CancelRequest, Rejection, Request, Schedule
 from futures.worker.table import table_key
 from ktimers.config import IngressFormat, TopicsConfig
 from ktimers.wire import Cancel, Future, FutureBatch, Header
+from tests.ingress.fuzzing import FUZZ, mutated
 from tests.ingress.helpers import COUNTDOWN_TOPIC, ETF1_TOPIC, NOW_MS
 
 REQUEST = "timer-request"
@@ -36,13 +37,6 @@ CONFIG = ParseLimits(
 # The parsers never raise, so the safety net must never be what answers.
 EXPECTED_REASONS = PARSE_REASONS - {"internal-error", "unknown-topic"}
 MAX_DETAIL = 1000
-
-FUZZ = settings(
-    max_examples=300,
-    deadline=None,
-    database=None,  # no .hypothesis/ in the working tree
-    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
-)
 
 
 def mostly(usual: st.SearchStrategy, odd: st.SearchStrategy) -> st.SearchStrategy:
@@ -101,28 +95,6 @@ def records(topic: str, values: st.SearchStrategy[bytes | None], headers=HEADERS
         headers=headers,
         timestamp_ms=TIMESTAMPS,
     )
-
-
-def mutated(data: st.SearchStrategy[bytes]) -> st.SearchStrategy[bytes]:
-    """Valid encodings with bytes flipped, inserted, dropped or cut off."""
-
-    @st.composite
-    def mutate(draw: st.DrawFn) -> bytes:
-        buf = bytearray(draw(data))
-        for _ in range(draw(st.integers(1, 4))):
-            op = draw(st.sampled_from(["flip", "insert", "delete", "truncate"]))
-            at = draw(st.integers(0, len(buf)))
-            if op == "flip" and at < len(buf):
-                buf[at] = draw(st.integers(0, 255))
-            elif op == "insert":
-                buf[at:at] = draw(st.binary(min_size=1, max_size=4))
-            elif op == "delete":
-                del buf[at : at + draw(st.integers(1, 4))]
-            else:
-                del buf[at:]
-        return bytes(buf)
-
-    return mutate()
 
 
 # -- native -------------------------------------------------------------------

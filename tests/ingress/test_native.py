@@ -7,7 +7,7 @@ from dataclasses import replace
 
 import pytest
 
-from futures.ingress.requests import Rejection, Schedule, parse_request
+from futures.ingress.requests import Rejection, Schedule
 from ktimers.config import IngressFormat
 from ktimers.wire import Cancel, Future, FutureBatch
 from tests.ingress.helpers import CONFIG, COUNTDOWN_TOPIC, NOW_MS, parse, record, rejected, scheduled
@@ -65,7 +65,6 @@ def test_single_future_and_cancel_still_parse_as_before():
     assert scheduled(record(REQUEST, seed, b"1795000000")).timer_id == "seed-2-17"
     cancel = record(REQUEST, Cancel(id="t-1").SerializeToString(), headers=(("kt-kind", b"cancel"),))
     assert parse(cancel)[0].timer_id == "t-1"  # type: ignore[union-attr]
-    assert parse_request(cancel, CONFIG, NOW_MS).timer_id == "t-1"  # type: ignore[union-attr]
 
 
 def test_the_native_format_on_another_topic_namespaces_derived_ids():
@@ -81,12 +80,6 @@ def test_a_record_of_a_topic_that_carries_no_requests_is_rejected():
     rejection = rejected(record("somewhere-else", b"x"))
     assert rejection.reason == "unknown-topic"
     assert "TIMERS_INGRESS_TOPICS" in rejection.detail
-
-
-def test_parse_request_refuses_a_batch_record():
-    rec = record(REQUEST, batch(future(id="a"), future(id="b")), headers=BATCH)
-    with pytest.raises(ValueError, match="parse_record"):
-        parse_request(rec, CONFIG, NOW_MS)
 
 
 def test_every_format_ends_in_the_same_stored_timer():

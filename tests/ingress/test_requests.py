@@ -6,7 +6,7 @@ import pytest
 
 from futures.ingress.limits import ParseLimits
 from futures.ingress.records import SourceRecord
-from futures.ingress.requests import MAX_ID_BYTES, CancelRequest, Rejection, Schedule, parse_request
+from futures.ingress.requests import MAX_ID_BYTES, CancelRequest, Rejection, Schedule, parse_record
 from futures.worker.config import WorkerConfig
 from futures.worker.table import table_key
 from ktimers.config import TopicsConfig
@@ -24,8 +24,9 @@ def record(
     headers: tuple[tuple[str, bytes | None], ...] = (),
     partition: int = 3,
     offset: int = 42,
+    topic: str = "timer-request",
 ) -> SourceRecord:
-    return SourceRecord("timer-request", partition, offset, key, value, headers)
+    return SourceRecord(topic, partition, offset, key, value, headers)
 
 
 def future(**fields: object) -> bytes:
@@ -34,7 +35,8 @@ def future(**fields: object) -> bytes:
 
 
 def parse(rec: SourceRecord, config: ParseLimits = CONFIG) -> Schedule | CancelRequest | Rejection:
-    return parse_request(rec, config, NOW_MS)
+    [request] = parse_record(rec, config, NOW_MS)
+    return request
 
 
 def rejected(rec: SourceRecord, config: ParseLimits = CONFIG) -> Rejection:
@@ -141,15 +143,16 @@ def test_internal_topics_follow_the_configured_names():
         topics=TopicsConfig(request="shop-requests", events="shop-events"),
         app_id="shop",
     )
-    assert rejected(record(future(callBackTopic="shop-requests")), config).reason == (
+    shop = "shop-requests"
+    assert rejected(record(future(callBackTopic="shop-requests"), topic=shop), config).reason == (
         "callback-topic-not-allowed"
     )
-    assert rejected(record(future(callBackTopic="shop-timers-changelog")), config).reason == (
+    assert rejected(record(future(callBackTopic="shop-timers-changelog"), topic=shop), config).reason == (
         "callback-topic-not-allowed"
     )
     # The default names are ordinary topics for this deployment.
-    assert isinstance(parse(record(future(callBackTopic="timer-request")), config), Schedule)
-    assert isinstance(parse(record(future(callBackTopic="timers-x")), config), Schedule)
+    assert isinstance(parse(record(future(callBackTopic="timer-request"), topic=shop), config), Schedule)
+    assert isinstance(parse(record(future(callBackTopic="timers-x"), topic=shop), config), Schedule)
 
 
 PLATFORM_TOPICS = ["_schemas", "connect-offsets", "orders-changelog", "app-KSTREAM-AGG-0003-repartition"]

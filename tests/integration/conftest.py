@@ -1,9 +1,11 @@
-"""Fixtures for end-to-end tests: a worker and oscillators as real processes on the real broker."""
+"""Fixtures for end-to-end tests: a worker and oscillators as real processes on the real broker.
+
+The processes are started by :mod:`tools.stack`, as ``make run`` and the benchmarks start them.
+"""
 
 from __future__ import annotations
 
 import time
-import urllib.request
 import uuid
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
@@ -14,14 +16,14 @@ from confluent_kafka import OFFSET_BEGINNING, Consumer, Message, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from futures.client import TimerClient
-from ktimers.broker import free_port
 from ktimers.config import CommonConfig
 from ktimers.topics import create_topics
 from ktimers.wire import H_DUE_MS, H_FIRED_MS, H_ID, TimerEvent, decode_events, header_value
-from tests.processes import Service, SpawnFn
+from tests.processes import SpawnFn
+from tools import stack as stack_helper
+from tools.stack import OSCILLATOR_READY, WORKER_READY, instance_env
 
-WORKER_READY = "timer table ready"
-OSCILLATOR_READY = "oscillator started"
+__all__ = ["OSCILLATOR_READY", "WORKER_READY", "Callback", "Stack", "TopicReader", "fresh_env"]
 
 
 @dataclass
@@ -100,47 +102,10 @@ class TopicReader:
 
 
 @dataclass
-class Stack:
-    """One service instance: its env, worker and oscillators, all on the test broker."""
+class Stack(stack_helper.Stack):
+    """One service instance on the test broker (:class:`tools.stack.Stack`), with readers of its topics."""
 
-    env: dict[str, str]
-    spawn: SpawnFn
-    data_dir: Path
-    web_port: int = field(default_factory=free_port)
-    worker: Service | None = None
-    oscillators: list[Service] = field(default_factory=list)
     readers: list[TopicReader] = field(default_factory=list)
-
-    @property
-    def common(self) -> CommonConfig:
-        return CommonConfig.from_env(self.env)
-
-    @property
-    def bootstrap(self) -> str:
-        return self.env["KAFKA_BOOTSTRAP_SERVERS"]
-
-    def worker_env(self) -> dict[str, str]:
-        return {**self.env, "TIMERS_DATA_DIR": str(self.data_dir), "TIMERS_WEB_PORT": str(self.web_port)}
-
-    def start_worker(self, wait: bool = True) -> Service:
-        if self.worker is None:
-            self.worker = self.spawn("worker", ["-m", "futures.worker.main"], self.worker_env(), start=False)
-        self.worker.env = self.worker_env()
-        self.worker.start()
-        if wait:
-            self.worker.wait_for_output(WORKER_READY, timeout_s=60)
-        return self.worker
-
-    def start_oscillator(self) -> Service:
-        env = {
-            **self.env,
-            "TIMERS_OSC_HEALTH_PORT": str(free_port()),
-            "TIMERS_OSC_INSTANCE": f"osc-{len(self.oscillators)}",
-        }
-        osc = self.spawn(f"oscillator{len(self.oscillators)}", ["-m", "oscillator.main"], env)
-        osc.wait_for_output(OSCILLATOR_READY, timeout_s=30)
-        self.oscillators.append(osc)
-        return osc
 
     def client(self) -> TimerClient:
         return TimerClient(self.common)
@@ -165,32 +130,6 @@ class Stack:
         reader.poll(1.0)
         return [event for r in reader.records for event in decode_events(r.value, r.headers)]
 
-    def metrics(self) -> dict[str, float]:
-        """The worker's Prometheus samples, by name with labels."""
-        body = urllib.request.urlopen(f"http://127.0.0.1:{self.web_port}/metrics", timeout=5).read()  # noqa: S310
-        samples = {}
-        for line in body.decode().splitlines():
-            if line and not line.startswith("#"):
-                name, _, value = line.rpartition(" ")
-                samples[name] = float(value)
-        return samples
-
-    def metric_sum(self, prefix: str) -> float:
-        return sum(v for k, v in self.metrics().items() if k == prefix or k.startswith(prefix + "{"))
-
-    def wait_for_metric(self, prefix: str, predicate: Callable[[float], bool], timeout_s: float) -> float:
-        deadline = time.monotonic() + timeout_s
-        while True:
-            try:
-                value = self.metric_sum(prefix)
-                if predicate(value):
-                    return value
-            except OSError:
-                value = float("nan")
-            if time.monotonic() > deadline:
-                raise AssertionError(f"{prefix} = {value} after {timeout_s}s")
-            time.sleep(0.2)
-
     def close(self) -> None:
         for reader in self.readers:
             reader.close()
@@ -208,17 +147,7 @@ def fresh_env(
     broker_env: dict[str, str], *, partitions: int = 4, settings: Mapping[str, str] = STACK_LIMITS
 ) -> dict[str, str]:
     """A service instance on the test broker: its own topics (created) and app id, plus ``settings``."""
-    suffix = uuid.uuid4().hex[:8]
-    env = {
-        **broker_env,
-        **settings,
-        "TIMERS_TOPIC_OSCILLATOR": f"oscillator-{suffix}",
-        "TIMERS_TOPIC_REQUEST": f"timer-request-{suffix}",
-        "TIMERS_TOPIC_EVENTS": f"timer-events-{suffix}",
-        "TIMERS_TOPIC_DLQ": f"timer-request-dlq-{suffix}",
-        "TIMERS_PARTITIONS": str(partitions),
-        "TIMERS_APP_ID": f"timers-{suffix}",
-    }
+    env = {**broker_env, **settings, **instance_env(partitions=partitions)}
     create_topics(CommonConfig.from_env(env))
     return env
 

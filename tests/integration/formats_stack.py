@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-import sys
 import uuid
 from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -14,7 +14,7 @@ from confluent_kafka import Producer
 from ktimers.config import CommonConfig
 from ktimers.topics import create_topics
 from tests.integration.conftest import Stack, fresh_env
-from tests.processes import Service
+from tools.stack import Service, spawner
 
 Headers = list[tuple[str, bytes]]
 
@@ -47,13 +47,23 @@ class FormatsStack:
         assert producer.flush(10) == 0 and not errors, errors
 
 
-def _module_spawn(directory: Path, services: list[Service]):
-    def spawn(name: str, args: list[str], env: dict[str, str], start: bool = True) -> Service:
-        service = Service(name, [sys.executable, *args], env, directory / f"{name}-{len(services)}.log")
-        services.append(service)
-        return service.start() if start else service
-
-    return spawn
+@contextmanager
+def module_stack(env: dict[str, str], directory: Path) -> Iterator[Stack]:
+    """A running worker and oscillator for a test module, with ``env`` (its topics created)."""
+    services: list[Service] = []
+    stack = Stack(env=env, spawn=spawner(directory, services), data_dir=directory / "worker-data")
+    try:
+        try:
+            stack.start_worker()
+            stack.start_oscillator()
+        except Exception:
+            print_logs(stack)
+            raise
+        yield stack
+    finally:
+        for service in services:
+            service.stop(timeout_s=10)
+        stack.close()
 
 
 def formats_stack(broker_env: dict[str, str], directory: Path) -> Iterator[FormatsStack]:
@@ -63,20 +73,8 @@ def formats_stack(broker_env: dict[str, str], directory: Path) -> Iterator[Forma
     etf1, countdown = f"schedules-{suffix}", f"delays-{suffix}"
     env["TIMERS_INGRESS_TOPICS"] = f"{etf1}=etf1,{countdown}=countdown"
     create_topics(CommonConfig.from_env(env))
-    services: list[Service] = []
-    stack = Stack(env=env, spawn=_module_spawn(directory, services), data_dir=directory / "worker-data")
-    try:
-        try:
-            stack.start_worker()
-            stack.start_oscillator()
-        except Exception:
-            print_logs(stack)
-            raise
+    with module_stack(env, directory) as stack:
         yield FormatsStack(stack, etf1, countdown)
-    finally:
-        for service in services:
-            service.stop(timeout_s=10)
-        stack.close()
 
 
 def print_logs(stack: Stack) -> None:

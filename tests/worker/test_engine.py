@@ -813,12 +813,20 @@ def test_callbacks_prepared_before_their_tick_go_out_as_the_table_holds_them_at_
     assert rig.fired() == ["replaced", "kept", "new", "later"]
 
 
-def test_no_more_callbacks_are_prepared_ahead_than_a_chunk_and_the_rest_fire_too(make_rig):
-    rig = make_rig(fire_chunk_size=10)
+def test_no_more_bytes_are_built_ahead_than_the_budget_allows_and_the_rest_fire_too(make_rig):
+    budget = 1024 * 1024  # a quarter of it for callbacks built ahead: about four of 60 KB
+    rig = make_rig(fire_budget_bytes=budget)
     due = {f"t{i:02d}": T_MS + 1 + (i * 37) % 999 for i in range(25)}
-    rig.ingest(*(rig.request(tid, ms, partition=i % 2) for i, (tid, ms) in enumerate(due.items())))
+    rig.ingest(
+        *(
+            rig.request(tid, ms, partition=i % 2, payload=b"p" * 60_000)
+            for i, (tid, ms) in enumerate(due.items())
+        )
+    )
     _tick_and_prepare(rig, T, partitions=(0, 1))
-    assert len(rig.engine._lookahead) == 10
+    lookahead = rig.engine._lookahead
+    assert 1 <= len(lookahead) < 25
+    assert lookahead.bytes <= budget // 4 + 2 * 121_000  # may pass its share by the last callback
     _tick_and_prepare(rig, T + 1, partitions=(0, 1))
     fired = rig.fired()
     assert sorted(fired) == sorted(due)

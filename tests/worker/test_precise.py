@@ -26,6 +26,13 @@ class WallClockRig(Rig):
         pass
 
 
+async def _early_in_a_second() -> int:
+    """Wait for the first tenth of a second (so the window is that second's); the epoch second."""
+    while wall_clock_ms() % 1000 > 100:
+        await asyncio.sleep(0.01)
+    return wall_clock_ms() // 1000
+
+
 async def _sleep_until(ms: int) -> None:
     await asyncio.sleep(max(ms - wall_clock_ms(), 0) / 1000)
 
@@ -188,6 +195,65 @@ def test_a_window_larger_than_a_scan_slice_sends_every_timer_once_at_its_millise
         waited = max(fired - max(due[timer_id], opened) for timer_id, [fired] in sent.items())
         assert waited < 250, f"{waited} ms after due or the window's opening (left for the tick?)"
         assert rig.pending_ids() == []
+
+    try:
+        asyncio.run(scenario())
+    finally:
+        rig.close()
+
+
+def test_a_window_waits_for_requests_written_before_a_timer_is_due(tmp_path: Path) -> None:
+    # The worker is behind on requests: a cancel written before the timer's due time is still
+    # to be applied when the timer's millisecond comes. The window waits for it.
+    rig = WallClockRig(tmp_path, WorkerConfig(common=CommonConfig(kafka=KafkaConfig()), precise=True))
+    engine = rig.engine
+
+    async def scenario() -> None:
+        s = await _early_in_a_second()
+        base = s * 1000
+        await engine.ingest([rig.request("cancelled", base + 300), rig.request("kept", base + 350)])
+        await engine.advance([rig.tick_record(s)])
+        rig.frontier.behind[0] = base + 200  # requests written from base + 200 on are not applied yet
+
+        await _sleep_until(base + 500)
+        assert rig.callbacks() == []  # both due, both waiting for the older requests
+        await engine.ingest([rig.cancel("cancelled")])
+        del rig.frontier.behind[0]
+
+        await _sleep_until(base + 1020)
+        await engine.advance([rig.tick_record(s + 1)])
+        assert [cb.header("kt-id") for cb in rig.callbacks()] == [b"kept"]
+        assert [e.id for e in rig.events(Kind.CANCELLED)] == ["cancelled"]
+
+    try:
+        asyncio.run(scenario())
+    finally:
+        rig.close()
+
+
+def test_windows_hold_no_more_bytes_than_their_share_of_the_budget(tmp_path: Path) -> None:
+    budget = 1024 * 1024  # windows: a quarter, about two callbacks of 100 KB
+    config = WorkerConfig(common=CommonConfig(kafka=KafkaConfig()), precise=True, fire_budget_bytes=budget)
+    rig = WallClockRig(tmp_path, config)
+    engine = rig.engine
+
+    async def scenario() -> None:
+        s = await _early_in_a_second()
+        base = s * 1000
+        ids = [f"big-{i}" for i in range(12)]
+        await engine.ingest(
+            [rig.request(t, base + 1500 + i, payload=b"x" * 100_000) for i, t in enumerate(ids)]
+        )
+        await engine.advance([rig.tick_record(s)])  # opens windows s + 1 and s + 2
+        gauge = engine._precise.windows.gauge  # type: ignore[union-attr]
+        assert 0 < gauge.used <= budget // 4 + 201_000
+        await _sleep_until(base + 2020)
+        await engine.advance([rig.tick_record(s + 1)])
+        await _sleep_until(base + 3020)
+        await engine.advance([rig.tick_record(s + 2)])
+        sent = sorted((cb.header("kt-id") or b"").decode() for cb in rig.callbacks())
+        assert sent == sorted(ids)  # what the windows could not hold went with the tick
+        assert gauge.used == 0
 
     try:
         asyncio.run(scenario())

@@ -174,7 +174,7 @@ def test_what_was_prepared_ahead_for_a_revoked_partition_is_dropped_at_once(
 
 def test_a_revoked_window_wakes_and_ends_and_a_failed_one_is_reported() -> None:
     failures: list[BaseException] = []
-    windows = Windows(100, failures.append)
+    windows = Windows(100, 1 << 20, failures.append)
 
     async def wait_long(window: Window) -> None:
         try:

@@ -119,7 +119,7 @@ TIMERS_TOPIC_DLQ: {{ .Values.topics.names.dlq | quote }}
 {{- with .Values.topics.ingress }}
 {{- $pairs := list }}
 {{- range . }}
-{{- $pairs = append $pairs (printf "%s=%s" .name .format) }}
+{{- $pairs = append $pairs (join ":" (prepend (.allowedCallbackTopics | default list) (printf "%s=%s" .name .format))) }}
 {{- end }}
 TIMERS_INGRESS_TOPICS: {{ join "," $pairs | quote }}
 {{- end }}
@@ -261,11 +261,11 @@ prometheus.io/path: /metrics
 {{- end }}
 {{- end }}
 
-{{/* Callback topics the worker accepts: the user's list, plus the helm test topic when the list is not empty. */}}
+{{/* Callback topics the worker accepts: a list of patterns, plus the helm test topic when the list is not empty. Call with (dict "ctx" $ "topics" list). */}}
 {{- define "kafka-timers.allowedCallbackTopics" -}}
-{{- $topics := .Values.worker.allowedCallbackTopics }}
-{{- if and $topics .Values.tests.enabled }}
-{{- $topics = append $topics .Values.tests.callbackTopic | uniq }}
+{{- $topics := .topics }}
+{{- if and $topics .ctx.Values.tests.enabled }}
+{{- $topics = append $topics .ctx.Values.tests.callbackTopic | uniq }}
 {{- end }}
 {{- join "," $topics }}
 {{- end }}

@@ -1,0 +1,96 @@
+"""Where a write becomes durable: the changelog write that every change of the tables goes through.
+
+Ingest, a firing and a precise window's settle each gather their changes per
+partition in :class:`Changes` and hand them to :func:`commit`, which orders the
+durable writes the same way for all of them:
+
+1. the events and dead letters the change caused, and its changelog records
+   (puts of accepted timers, tombstones of fired or cancelled ones), all delivered;
+2. then each partition's progress record (watermark and last applied request
+   offset), in a flush of its own: it acknowledges the requests it covers, so a
+   restart skips them only once everything they caused is written;
+3. then the local RocksDB tables, through :meth:`PartitionTimers.apply`, as a
+   replay of the changelog would.
+
+Callbacks are delivered before their timers' tombstones are part of a write (the
+firing confirms them first), and Faust commits consumed offsets only after the
+step that applied them returns; so a crash anywhere loses nothing.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from futures.worker.context import EngineContext
+from futures.worker.kafka import Deliveries
+from futures.worker.table import Record, progress_record, topic_progress_record
+
+
+@dataclass
+class Changes:
+    """Changelog records and progress of one partition, not yet written."""
+
+    records: list[Record] = field(default_factory=list)
+    pending_delta: int = 0
+    watermark: int | None = None  # new watermark (epoch s), when the clock moved
+    request_offset: int | None = None  # last `timer-request` offset applied, when requests were
+    # Last offset applied of each other ingress topic (TIMERS_INGRESS_TOPICS).
+    topic_offsets: dict[str, int] = field(default_factory=dict)
+    scheduled: int = 0  # timers accepted into the table, counted once the write is durable
+    # Ids touched in this step → due ms (None = removed): later requests in the
+    # same step must see earlier ones before anything reaches the table.
+    overlay: dict[str, int | None] = field(default_factory=dict)
+    # Precise mode: timers put into the table, for their window once the write is durable:
+    # (id, due ms, table key, StoredTimer bytes).
+    offers: list[tuple[str, int, bytes, bytes]] = field(default_factory=list)
+    #: A timer already due was accepted: fire the partition once the step is written.
+    late: bool = False
+
+    def writes(self) -> bool:
+        return bool(
+            self.records
+            or self.watermark is not None
+            or self.request_offset is not None
+            or self.topic_offsets
+        )
+
+
+async def commit(ctx: EngineContext, changes: dict[int, Changes]) -> None:
+    """Write ``changes`` to the changelog, wait for them, then apply them to the local tables.
+
+    On the embedded broker, the progress record in a batch of its own also keeps Faust's
+    table recovery exact: Tansu reports a partition's end as its last batch's first offset + 1.
+    """
+    changes = {p: c for p, c in changes.items() if c.writes()}
+    dispatch, writer = ctx.dispatch, ctx.writer
+    dispatch.produce_events()  # delivered with this write's records, checked below
+    changelog = ctx.config.changelog_topic
+    deliveries = Deliveries()
+    staged: dict[int, list[Record]] = {}
+    for partition, part in changes.items():
+        # Other ingress topics' progress follows the records it covers.
+        staged[partition] = [
+            *part.records,
+            *(topic_progress_record(*p) for p in part.topic_offsets.items()),
+        ]
+        writer.produce_many(changelog, partition, staged[partition], deliveries)
+    side = dispatch.take_side()  # this write's events and dead letters
+    await writer.delivered(deliveries, side)
+    deliveries.raise_first("changelog")
+    side.raise_first("event or dead-letter")
+    # The tails come last in their partitions: their offsets are how far the changelog is written.
+    deliveries = Deliveries(offsets=True)
+    for partition, part in changes.items():
+        table = ctx.tables(partition)
+        tail = progress_record(
+            table.watermark if part.watermark is None else part.watermark,
+            table.request_offset if part.request_offset is None else part.request_offset,
+        )
+        staged[partition].append(tail)
+        writer.produce(changelog, tail[0], tail[1], partition=partition, deliveries=deliveries)
+    await writer.delivered(deliveries)
+    deliveries.raise_first("changelog")
+    for partition, records in staged.items():
+        ctx.tables(partition).apply(
+            records, deliveries.offsets.get(partition), pending_delta=changes[partition].pending_delta
+        )

@@ -1,0 +1,204 @@
+"""The fire path: build → send → confirm → settle, for every timer that fires in second mode.
+
+:meth:`Firing.fire` fires each partition's timers due by a target second and moves
+its clock there: a tick's second (:mod:`futures.worker.engine`), or the clock where it
+is for timers accepted already due (:mod:`futures.worker.ingest`). It never fires past
+this worker's clock, whatever the target: a clock inherited from another worker may be
+ahead of ours.
+
+All partitions' timers go out as one stream in due order, not one partition after
+another: the timers a tick made latest go first, wherever they live. The stream goes in
+pieces — a third of ``TIMERS_FIRE_CHUNK_SIZE`` timers, and at most a twelfth of
+``TIMERS_FIRE_BUDGET_BYTES`` of stored timers — overlapped: while one piece's callbacks
+are on their way to the broker, the piece before is confirmed (delivery reports →
+FIRED events, dead letters, retries) and the one before that settled (its tombstones
+written and the timers deleted, :func:`~futures.worker.changelog.commit`). So what is
+sent and not yet deleted — what a crash would send again — stays one chunk, and what
+the worker holds stays within the budget whatever the payloads.
+
+A timer whose callback failed transiently stays in the table, and the clock moves on:
+the table's low mark (:attr:`~futures.worker.table.PartitionTimers.low_ms`) makes the
+next firing of its partition read it again. That is the one retry there is.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import bisect
+from collections import defaultdict, deque
+from collections.abc import Callable, Collection
+from dataclasses import dataclass, field
+
+from futures.worker.callbacks import Callback
+from futures.worker.changelog import Changes, commit
+from futures.worker.context import EngineContext
+from futures.worker.dispatch import FireOutcome, Sending
+from futures.worker.lookahead import Lookahead
+from futures.worker.table import PartitionTimers, Record
+
+#: Timers of a firing's first piece at most: its first callbacks leave before a whole piece is read.
+_FIRST_PIECE = 2000
+#: Pieces in flight: one sent, one being confirmed, one being settled.
+_DEPTH = 3
+
+#: Clock moves that may join a firing under way: partition → second, of partitions other than those given.
+Join = Callable[[Collection[int]], dict[int, int]]
+
+
+class DueScan:
+    """One partition's timers due by a limit, read from the table a piece at a time, in key (= due) order."""
+
+    def __init__(self, partition: int, table: PartitionTimers, limit_ms: int) -> None:
+        self.partition = partition
+        self.limit_ms = limit_ms
+        self._table = table
+        self._items: list[tuple[bytes, bytes]] = []
+        self._bytes = 0
+        self.more = True  # the last read was full: the table may hold more due timers
+        self.last = b""  # the last key read: the next read starts past it
+
+    def read(self, count: int, max_bytes: int) -> None:
+        """Read on, up to ``count`` due timers and ``max_bytes`` of them in hand.
+
+        Topped up, not read only once all were taken: a piece is the timers up to the
+        first partition's last key read, and the other partitions' leftovers alone
+        would make a piece of a few dozen timers, each piece costing broker round trips.
+        """
+        want, room = count - len(self._items), max_bytes - self._bytes
+        if want <= 0 or room <= 0 or not self.more:
+            return
+        items = self._table.due_items(self.limit_ms, want, after=self.last or None, max_bytes=room)
+        self.more = len(items) == want or sum(len(v) for _, v in items) >= room
+        if items:
+            self._items.extend(items)
+            self._bytes += sum(len(v) for _, v in items)
+            self.last = items[-1][0]
+
+    def take(self, bound: bytes | None) -> list[tuple[bytes, int, bytes]]:
+        """The timers in hand with keys up to ``bound`` (all of them if None), as (key, partition, value)."""
+        items = self._items
+        end = len(items) if bound is None else bisect.bisect_right(items, bound, key=_first)
+        taken, self._items = items[:end], items[end:]
+        self._bytes -= sum(len(v) for _, v in taken)
+        p = self.partition
+        return [(key, p, value) for key, value in taken]
+
+
+def _first(item: tuple[bytes, bytes]) -> bytes:
+    return item[0]
+
+
+@dataclass
+class Fired:
+    """What a firing scanned, per partition: up to when (epoch ms), and the earliest timer it
+    kept for a retry (due epoch ms)."""
+
+    limits: dict[int, int] = field(default_factory=dict)
+    kept: dict[int, int] = field(default_factory=dict)
+
+
+class Firing:
+    def __init__(self, ctx: EngineContext, lookahead: Lookahead) -> None:
+        self._ctx = ctx
+        self._lookahead = lookahead
+
+    async def fire(self, targets: dict[int, int], join: Join | None = None) -> dict[int, int]:
+        """Fire each partition's timers due by its target second (epoch s), and move its clock
+        there; the clocks moved (partition → second). Under the engine lock.
+
+        ``join``: clock moves that arrive meanwhile join the firing (second mode: one
+        second's ticks of several partitions often come in two fetches).
+        """
+        ctx = self._ctx
+        changes = {partition: Changes() for partition in targets}
+        fired = await self._fire_due(targets, changes, join)
+        for partition, target in targets.items():  # joined ticks were added to ``targets``
+            if target > ctx.tables(partition).watermark:
+                changes[partition].watermark = target
+        await commit(ctx, changes)
+        for partition, limit_ms in fired.limits.items():
+            ctx.tables(partition).scanned(limit_ms, fired.kept.get(partition))
+        return {p: part.watermark for p, part in changes.items() if part.watermark is not None}
+
+    def _scan(self, partition: int, second: int, fired: Fired) -> DueScan:
+        ctx = self._ctx
+        limit_ms = min(second * 1000, ctx.clock() + ctx.config.clock_tolerance_ms)
+        fired.limits[partition] = limit_ms
+        return DueScan(partition, ctx.tables(partition), limit_ms)
+
+    async def _fire_due(
+        self, targets: dict[int, int], changes: dict[int, Changes], join: Join | None
+    ) -> Fired:
+        ctx = self._ctx
+        dispatch = ctx.dispatch
+        depth = _DEPTH if ctx.config.fire_chunk_size >= _DEPTH else 1
+        piece, piece_bytes = ctx.config.fire_chunk_size // depth, ctx.budget.piece
+        fired = Fired()
+        scans = [self._scan(partition, second, fired) for partition, second in targets.items()]
+        flight: deque[Sending] = deque()
+        settling: asyncio.Task[None] | None = None
+        size = min(piece, _FIRST_PIECE)
+        try:
+            while True:
+                if not all(ctx.owns(scan.partition) for scan in scans):
+                    # Revoked meanwhile (TimerEngine.revoke): nothing more of it is sent.
+                    scans = [scan for scan in scans if ctx.owns(scan.partition)]
+                share = max(len(scans), 1)
+                for scan in scans:
+                    scan.read(max(size // share, 1), max(piece_bytes // share, 1))
+                size = piece
+                # Past the first last-read key of a partition that may hold more, some
+                # partition's timers are not in hand yet: they wait for the next piece.
+                bound = min((scan.last for scan in scans if scan.more), default=None)
+                batch = sorted(item for scan in scans for item in scan.take(bound))  # runs merged: Timsort
+                if batch:
+                    # Built as they go out, but for those built before the tick (Lookahead).
+                    flight.append(dispatch.send(self._lookahead.take(batch), ctx.clock()))
+                    if len(flight) < depth - 1:
+                        continue  # the next piece goes out before this one is confirmed
+                if not flight:
+                    return fired
+                sending = flight.popleft()
+                outcome = await dispatch.confirm(sending)
+                await dispatch.deliver_dead_letters(outcome)
+                self._confirmed(outcome, sending.callbacks, changes, fired)
+                if join is not None:
+                    for partition, second in join(targets).items():
+                        targets[partition] = second
+                        changes[partition] = Changes()
+                        scans.append(self._scan(partition, second, fired))
+                if flight or any(scan.more for scan in scans):
+                    # A large second: this piece is settled while the next go out (one settle
+                    # at a time, in order); the last piece is the caller's, with the clock move.
+                    if settling is not None:
+                        await settling
+                    piece_changes = dict(changes)
+                    for partition in changes:
+                        changes[partition] = Changes()
+                    settling = asyncio.ensure_future(commit(ctx, piece_changes))
+                    if depth == 1:  # a chunk too small to share: one piece at a time
+                        await settling
+                        settling = None
+        finally:
+            if settling is not None:
+                await settling
+
+    def _confirmed(
+        self, outcome: FireOutcome, sent: list[Callback], changes: dict[int, Changes], fired: Fired
+    ) -> None:
+        """Tombstones for the timers delivered or dead-lettered; those that failed transiently are kept."""
+        done = sent if len(outcome.done) == len(sent) else [sent[i] for i in outcome.done]
+        tombstones: dict[int, list[Record]] = defaultdict(list)
+        for callback in done:
+            tombstones[callback.partition].append((callback.key, None))
+        for partition, records in tombstones.items():
+            changes[partition].records.extend(records)
+            changes[partition].pending_delta -= len(records)
+        if outcome.transient:
+            # Kept in the table: the scans here read on past them, the next firing reads them again.
+            self._ctx.metrics.dispatch_retries.inc(len(outcome.transient))
+            for i in outcome.transient:
+                callback = sent[i]
+                kept = fired.kept.get(callback.partition)
+                if kept is None or callback.due_ms < kept:
+                    fired.kept[callback.partition] = callback.due_ms

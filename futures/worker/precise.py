@@ -1,0 +1,191 @@
+"""Precise mode (``TIMERS_PRECISE=1``): each timer sent at its own millisecond.
+
+On tick s of a partition the engine opens windows s + 1 and s + 2
+(:meth:`PreciseMode.open`, bookkeeping in :mod:`futures.worker.windows`): each reads
+its second's timers a second ahead, builds their callbacks, and sends each when this
+worker's clock reaches its due millisecond — through the fire path's pieces:
+``Dispatcher.produce_callback`` to send, delivery reports to confirm
+(``Dispatcher.settle``), and :func:`~futures.worker.changelog.commit` to settle
+(tombstones, then the table), a few hundred timers at a time.
+
+A window never sends a timer before the requests of its partition written before that
+timer's due time are applied (the join's frontier, :mod:`futures.worker.join`): it waits
+for them, as a tick does, at most ``TIMERS_JOIN_MAX_WAIT_S``. It sends nothing after its
+partition is revoked, and a failed settle stops the worker (``on_failure``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Callable
+
+from confluent_kafka import KafkaError
+
+from futures.worker.callbacks import Callback, prepare
+from futures.worker.changelog import Changes, commit
+from futures.worker.context import EngineContext, callback_bytes
+from futures.worker.join import RequestFrontier
+from futures.worker.kafka import Deliveries
+from futures.worker.table import due_of_key
+from futures.worker.windows import FailFn, Item, Window, Windows
+
+log = logging.getLogger(__name__)
+
+#: Timers a window's opening reads and builds between two chances for the open windows to send
+#: (~5 µs each: a read stays near a quarter of a millisecond).
+_OPEN_READ = 50
+#: A window settles what it sent every this many timers, or this share of its byte budget.
+_SETTLE_EVERY = 500
+_SETTLE_BUDGET_SHARE = 8
+#: How long a window waits before it looks at the frontier again (s).
+_FRONTIER_POLL_S = 0.005
+
+
+class PreciseMode:
+    def __init__(self, ctx: EngineContext, frontier: RequestFrontier, on_failure: FailFn) -> None:
+        self._ctx = ctx
+        self._frontier = frontier
+        self.windows = Windows(ctx.config.fire_chunk_size, ctx.budget.windows, on_failure)
+        self._on_failure = on_failure
+        self._monotonic: Callable[[], float] = time.monotonic
+
+    async def open(self, partition: int, second: int) -> None:
+        """Open windows ``second + 1`` and ``second + 2`` where they are not open (under the lock,
+        the clock at ``second``): each is sending a second before its timers are due.
+
+        The scan goes a few dozen timers at a time, letting the open windows send between:
+        a second of 10 k timers takes tens of milliseconds to read, longer than a timer may wait.
+        """
+        ctx, windows = self._ctx, self.windows
+        table = ctx.tables(partition)
+        most = windows.max_timers
+        for window in (second + 1, second + 2):
+            if not ctx.owns(partition):
+                return  # revoked while the tick fired, or while the window before was read
+            if windows.is_open(partition, window):
+                continue
+            items: list[Item] = []
+            after: bytes | None = None
+            room = windows.gauge.max_bytes - windows.gauge.used
+            while room > 0:
+                count = min(_OPEN_READ, most - len(items))
+                # A callback holds its payload twice: half the room, as stored timers.
+                due = table.due_items(
+                    window * 1000, count, after=after, from_ms=(window - 1) * 1000 + 1, max_bytes=room // 2
+                )
+                built = [(due_of_key(key), key, prepare(key, partition, value)) for key, value in due]
+                items.extend(built)
+                room -= sum(callback_bytes(c) for _, _, c in built)
+                if len(due) < count or len(items) >= most:
+                    break
+                after = due[-1][0]
+                await asyncio.sleep(0)
+            windows.open(partition, window, items, self._send)
+
+    async def _send(self, window: Window) -> None:
+        """Send each timer of ``window`` at its due millisecond, then delete what was sent.
+
+        Runs without the lock while it waits, so ingest goes on: a timer accepted
+        meanwhile joins (``Windows.offer``), one cancelled or replaced is skipped
+        (``window.removed``). Never early: a timer is sent when this worker's clock
+        has reached its due time. Never after its partition was revoked.
+        A failure ends it with the failure, every settle's awaited first.
+        """
+        ctx = self._ctx
+        end_ms = window.second * 1000
+        partition = window.partition
+        settle_bytes = max(window.gauge.max_bytes // _SETTLE_BUDGET_SHARE, 1)
+        # Sent timers are settled and deleted a few hundred at a time, beside the sending:
+        # all at once at the end of the second, that work (tens of ms a thousand timers)
+        # would hold up the next window's first timers.
+        settling: list[asyncio.Task[None]] = []
+        sent: list[tuple[Callback, int]] = []  # and when each was sent
+        try:
+            deliveries = Deliveries()
+            topics: dict[str, KafkaError | None] = {}  # callback topics looked up, for this window
+            sent_bytes = 0
+            waited_since: float | None = None
+            while True:
+                # Checked again before each timer, with no await until it is produced.
+                if window.revoked or not ctx.owns(partition):
+                    break
+                next_due = window.next_due()
+                wait_ms = (end_ms if next_due is None else next_due) - ctx.clock()
+                if wait_ms > 0:
+                    await window.wait(wait_ms / 1000)  # an earlier timer offered meanwhile cuts it short
+                    continue
+                if next_due is None:
+                    break  # the second is over: a timer offered from now on is the next tick's
+                if self._behind(partition, next_due, waited_since):
+                    # Requests written before this timer was due are still to be applied.
+                    waited_since = waited_since or self._monotonic()
+                    await window.wait(_FRONTIER_POLL_S)
+                    continue
+                waited_since = None
+                callback = window.pop()
+                if callback is None:
+                    continue  # cancelled or replaced meanwhile
+                fired_ms = ctx.clock()
+                ctx.dispatch.produce_callback(callback, str(fired_ms).encode(), deliveries, len(sent), topics)
+                window.sent.add(callback.key)
+                sent.append((callback, fired_ms))
+                sent_bytes += callback_bytes(callback)
+                if len(sent) >= _SETTLE_EVERY or sent_bytes >= settle_bytes:
+                    settling.append(asyncio.create_task(self._settle(window, sent, deliveries)))
+                    deliveries, sent, sent_bytes = Deliveries(), [], 0
+            window.closing = True
+            if sent and not window.revoked and ctx.owns(partition):
+                settling.append(asyncio.create_task(self._settle(window, sent, deliveries)))
+                sent = []
+        finally:
+            window.closing = True
+            # Open until its timers are deleted: the tick of its second waits for that (Windows.done).
+            settled = await asyncio.gather(*settling, return_exceptions=True)
+            window.settled(c for c, _ in sent)  # left in the table, for the new owner: at least once
+            window.release()
+            self.windows.close(window)
+        for outcome in settled:
+            if isinstance(outcome, BaseException):
+                raise outcome  # to Windows' on_failure: the worker stops
+
+    def _behind(self, partition: int, due_ms: int, since: float | None) -> bool:
+        """Whether requests of ``partition`` written before ``due_ms`` are still to be applied,
+        and the timer has not waited for them ``TIMERS_JOIN_MAX_WAIT_S`` yet."""
+        frontier_ms = self._frontier.frontier_ms(partition)
+        if frontier_ms is None or frontier_ms >= due_ms:
+            return False
+        if since is not None and self._monotonic() - since >= self._ctx.config.join_max_wait_s:
+            self._ctx.metrics.join_wait_bound.inc()
+            return False
+        return True
+
+    async def _settle(self, window: Window, sent: list[tuple[Callback, int]], deliveries: Deliveries) -> None:
+        """Once their delivery reports are in, record a window's sent timers and delete them.
+
+        A failure stops the worker at once (``on_failure``), before the window sends on.
+        """
+        ctx = self._ctx
+        partition = window.partition
+        try:
+            await ctx.writer.delivered(deliveries)
+            async with ctx.lock:
+                if window.revoked or not ctx.owns(partition):
+                    return  # the new owner sends them again: at least once
+                callbacks = [c for c, _ in sent]
+                outcome = ctx.dispatch.settle(callbacks, deliveries, [f for _, f in sent])
+                await ctx.dispatch.deliver_dead_letters(outcome)
+                part = Changes()
+                for i in outcome.done:
+                    key = sent[i][0].key
+                    if key not in window.removed:
+                        part.records.append((key, None))
+                        part.pending_delta -= 1
+                # Transient failures stay in the table: the next tick's scan retries them.
+                await commit(ctx, {partition: part})
+        except Exception as exc:
+            self._on_failure(exc)
+            raise
+        finally:
+            window.settled(c for c, _ in sent)
