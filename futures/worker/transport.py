@@ -13,18 +13,20 @@
    ``fetch_max_wait_ms=1500``. Kafka answers a waiting fetch as soon as data
    arrives, so that costs nothing there; Tansu waits out the full time, which
    delayed ticks — and so timers — by up to 1.5 s.
-3. **Fetched requests go to the engine whole.** Faust hands a stream one event
-   at a time (~100 µs each, ../shared/STACK.md: a 6-10 k/s ceiling). Request
-   records do not take that path: fetched batches go to a :class:`RequestBacklog`,
-   and each call of ``getmany`` applies one engine step of it
+3. **Fetched requests and ticks go to the engine whole.** Faust hands a stream
+   one event at a time (~100 µs each: a 6-10 k events/s ceiling). Request records
+   do not take that path: fetched batches go to a :class:`RequestBacklog`, and
+   each call of ``getmany`` applies one engine step of it
    (``TIMERS_INGEST_BATCH_SIZE`` records at most) through ``TimerEngine.ingest``;
    their offsets are acked in Faust's books once the engine made them durable, so
-   Faust's periodic commit goes on as for any stream. Ticks — a few a second —
-   still go to their own agent, which runs beside ingest, and are handed out on
-   every call: a tick waits for one engine step at most, never for all the
-   requests one fetch brought (megabytes). With a few steps in hand the consumer
-   fetches ticks only, which bounds the backlog. Faust keeps group membership,
-   co-partitioned assignment and changelog recovery.
+   Faust's periodic commit goes on as for any stream. Ticks are handed to the
+   engine as they are fetched (``TimerEngine.note_ticks``), whose firing task runs
+   beside ingest; a tick then waits for the requests of its partition written
+   before it (:mod:`futures.worker.join`), which this consumer measures
+   (:meth:`TimerConsumer.frontier_ms`). With a few steps in hand the consumer stops
+   fetching the partitions they are of, which bounds the backlog and keeps every
+   other partition's frontier known. Faust keeps group membership, co-partitioned
+   assignment and changelog recovery.
 4. **A restart removes its dead incarnation from the group** (dynamic membership
    only): the consumer thread records its member id in the data dir whenever it
    joins and, once started, sends a LeaveGroup for the recorded one before the
