@@ -126,6 +126,13 @@ def build_parser() -> argparse.ArgumentParser:
     create.add_argument(
         "--partitions", type=_positive_int, help="partition count (default: TIMERS_PARTITIONS)"
     )
+    create.add_argument(
+        "--callback",
+        action="append",
+        default=[],
+        metavar="TOPIC",
+        help="also create this callback topic (repeatable): the worker never creates one itself",
+    )
     create.set_defaults(run=_topics_create)
     check = topic_commands.add_parser("check", help="check the topics exist and are co-partitioned")
     check.set_defaults(run=_topics_check)
@@ -406,7 +413,7 @@ def _topics_create(args: argparse.Namespace) -> int:
     if args.partitions is not None:
         common = replace(common, topics=replace(common.topics, partitions=args.partitions))
     _probe(common)
-    created = create_topics(common)
+    created = create_topics(common, callback_topics=args.callback)
     print(f"created: {', '.join(created)}" if created else "all topics already exist")
     print(f"ok: {', '.join(_service_topics(common))} are ready")
     return 0

@@ -9,6 +9,7 @@ Faust worker co-partitions these topics (and the timer table) on that number.
 from __future__ import annotations
 
 import logging
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from confluent_kafka import KafkaException
@@ -59,15 +60,20 @@ def partition_counts(admin: AdminClient, names: list[str], timeout_s: float = 10
 
 
 def create_topics(
-    common: CommonConfig, admin: AdminClient | None = None, timeout_s: float = 30.0
+    common: CommonConfig,
+    admin: AdminClient | None = None,
+    timeout_s: float = 30.0,
+    callback_topics: Sequence[str] = (),
 ) -> list[str]:
     """Create the missing topics with the configured partition count; return those created.
 
+    ``callback_topics``: callback topics to create too (the worker never creates one).
     Existing topics are left alone, then the whole layout is verified, so running
     this against a half-set-up cluster either completes it or says what is wrong.
     """
     admin = admin or admin_client(common)
-    specs = topic_specs(common)
+    partitions = common.topics.partitions
+    specs = [*topic_specs(common), *(TopicSpec(name, partitions, {}) for name in callback_topics)]
     existing = partition_counts(admin, [s.name for s in specs], timeout_s)
     missing = [s for s in specs if s.name not in existing]
     created = []

@@ -13,6 +13,7 @@ import faust
 from faust.tables import TableManager
 from faust.types import TP, TableT
 
+from futures.worker import faust_adapter
 from futures.worker.config import TABLE_NAME, WorkerConfig
 from futures.worker.store import TimerStore
 from ktimers.config import KafkaConfig
@@ -40,9 +41,7 @@ class PromptTableManager(TableManager):
     """
 
     async def on_start(self) -> None:
-        if not self.should_stop:
-            await self._update_channels()
-            await self.recovery.start()
+        await faust_adapter.start_table_manager(self)
 
     def on_partitions_revoked(self, revoked: set[TP]) -> None:
         """The earliest Faust says which partitions go: first thing of its revocation, before

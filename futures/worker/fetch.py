@@ -8,8 +8,9 @@ restart, stops every worker that takes the partition over.
 
 :func:`install` wraps the ``MemoryRecords`` of aiokafka's fetcher: batches
 are still unpacked by the C extension; only a batch that fails to decode is
-unpacked again in Python with ``surrogateescape`` header keys, from the
-record after the last one already delivered. Such a key reaches the engine
+unpacked again in Python with ``surrogateescape`` header keys
+(:class:`futures.worker.faust_adapter.LenientPythonBatch`), from the record
+after the last one already delivered. Such a key reaches the engine
 as a ``str`` with lone surrogates (:func:`ktimers.wire.printable_header_key`
 turns it back into text a producer accepts), and the record is judged like any
 other: a parser that needs the header rejects it with a reason.
@@ -19,38 +20,16 @@ from __future__ import annotations
 
 import struct
 from collections.abc import Iterator
-from typing import Any, SupportsIndex
+from typing import Any
 
-from aiokafka.consumer import fetcher
 from aiokafka.errors import CorruptRecordException
-from aiokafka.record.default_records import _DefaultRecordBatchPy
 from aiokafka.record.memory_records import MemoryRecords
+
+from futures.worker import faust_adapter
 
 _LOG_OVERHEAD = struct.calcsize(">qi")  # base offset, batch length
 _LENGTH = struct.Struct(">i")
 _MAGIC_OFFSET = struct.calcsize(">qii")
-
-
-class _LenientBytes(bytes):
-    def decode(self, encoding: str = "utf-8", errors: str = "strict") -> str:
-        return super().decode(encoding, "surrogateescape")
-
-
-class _LenientBuffer(bytearray):
-    """A batch buffer whose slices decode with ``surrogateescape`` (the Python unpacker decodes slices)."""
-
-    def __getitem__(self, index: SupportsIndex | slice) -> Any:
-        item = super().__getitem__(index)
-        return _LenientBytes(item) if isinstance(index, slice) else item
-
-
-class _LenientBatch(_DefaultRecordBatchPy):
-    _buffer: bytearray
-
-    def _maybe_uncompress(self) -> None:
-        super()._maybe_uncompress()
-        if not isinstance(self._buffer, _LenientBuffer):
-            self._buffer = _LenientBuffer(self._buffer)
 
 
 class _Batch:
@@ -72,7 +51,7 @@ class _Batch:
         except (CorruptRecordException, UnicodeDecodeError) as exc:
             if not _is_decode_error(exc):
                 raise
-            for record in _LenientBatch(self._raw):
+            for record in faust_adapter.LenientPythonBatch(self._raw):
                 if record.offset > last:
                     yield record
 
@@ -113,4 +92,4 @@ class LenientMemoryRecords:
 
 def install() -> None:
     """Make every aiokafka consumer of this process unpack fetches with :class:`LenientMemoryRecords`."""
-    fetcher.MemoryRecords = LenientMemoryRecords
+    faust_adapter.use_fetch_records(LenientMemoryRecords)

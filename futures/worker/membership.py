@@ -34,6 +34,8 @@ from typing import Any
 from aiokafka.errors import KafkaError, for_code
 from aiokafka.protocol.group import LeaveGroupRequest
 
+from futures.worker import faust_adapter
+
 log = logging.getLogger(__name__)
 
 #: The last member id of the worker that owns the data dir.
@@ -81,7 +83,7 @@ async def leave_previous(consumer: Any, data_dir: Path) -> bool:
     True if the broker removed the member. Errors are logged, never raised: at
     worst the old member expires after the session timeout, as without this.
     """
-    coordinator = consumer._coordinator
+    coordinator = faust_adapter.group_coordinator(consumer)
     previous = read_member(data_dir)
     if previous is None or coordinator is None or previous.group_id != coordinator.group_id:
         return False
@@ -91,7 +93,7 @@ async def leave_previous(consumer: Any, data_dir: Path) -> bool:
     try:
         async with asyncio.timeout(LEAVE_TIMEOUT_S):
             await coordinator.ensure_coordinator_known()
-            response = await consumer._client.send(coordinator.coordinator_id, request)
+            response = await faust_adapter.send_to_coordinator(consumer, coordinator, request)
     except (KafkaError, OSError, TimeoutError) as exc:
         log.warning("could not remove the previous member %s of group %s: %r",
                     previous.member_id, previous.group_id, exc)  # fmt: skip

@@ -13,18 +13,20 @@
    ``fetch_max_wait_ms=1500``. Kafka answers a waiting fetch as soon as data
    arrives, so that costs nothing there; Tansu waits out the full time, which
    delayed ticks — and so timers — by up to 1.5 s.
-3. **Fetched requests go to the engine whole.** Faust hands a stream one event
-   at a time (~100 µs each, ../shared/STACK.md: a 6-10 k/s ceiling). Request
-   records do not take that path: fetched batches go to a :class:`RequestBacklog`,
-   and each call of ``getmany`` applies one engine step of it
+3. **Fetched requests and ticks go to the engine whole.** Faust hands a stream
+   one event at a time (~100 µs each: a 6-10 k events/s ceiling). Request records
+   do not take that path: fetched batches go to a :class:`RequestBacklog`, and
+   each call of ``getmany`` applies one engine step of it
    (``TIMERS_INGEST_BATCH_SIZE`` records at most) through ``TimerEngine.ingest``;
    their offsets are acked in Faust's books once the engine made them durable, so
-   Faust's periodic commit goes on as for any stream. Ticks — a few a second —
-   still go to their own agent, which runs beside ingest, and are handed out on
-   every call: a tick waits for one engine step at most, never for all the
-   requests one fetch brought (megabytes). With a few steps in hand the consumer
-   fetches ticks only, which bounds the backlog. Faust keeps group membership,
-   co-partitioned assignment and changelog recovery.
+   Faust's periodic commit goes on as for any stream. Ticks are handed to the
+   engine as they are fetched (``TimerEngine.note_ticks``), whose firing task runs
+   beside ingest; a tick then waits for the requests of its partition written
+   before it (:mod:`futures.worker.join`), which this consumer measures
+   (:meth:`TimerConsumer.frontier_ms`). With a few steps in hand the consumer stops
+   fetching the partitions they are of, which bounds the backlog and keeps every
+   other partition's frontier known. Faust keeps group membership, co-partitioned
+   assignment and changelog recovery.
 4. **A restart removes its dead incarnation from the group** (dynamic membership
    only): the consumer thread records its member id in the data dir whenever it
    joins and, once started, sends a LeaveGroup for the recorded one before the
@@ -38,7 +40,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import time
 import weakref
 from collections import deque
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping, Sequence
@@ -51,7 +52,7 @@ from faust.transport.drivers import aiokafka as faust_aiokafka
 from faust.types import TP, Message
 
 from futures.ingress.records import SourceRecord
-from futures.worker import membership
+from futures.worker import faust_adapter, membership
 from futures.worker.store import TimerStore
 
 log = logging.getLogger(__name__)
@@ -103,7 +104,7 @@ def _records(batches: Iterable[tuple[TP, list[Any]]]) -> list[SourceRecord]:
 EMBEDDED_FETCH_MAX_WAIT_MS = 10
 
 
-class TimerConsumerThread(faust_aiokafka.AIOKafkaConsumerThread):
+class TimerConsumerThread(faust_adapter.ConsumerThreadBase):
     """Faust's consumer thread, with the member id kept in the data dir (docstring, 4)."""
 
     def _dynamic_membership(self) -> bool:
@@ -112,11 +113,11 @@ class TimerConsumerThread(faust_aiokafka.AIOKafkaConsumerThread):
     async def on_start(self) -> None:
         await super().on_start()  # creates and starts the aiokafka consumer: not yet subscribed
         if self._dynamic_membership():
-            await membership.leave_previous(self._ensure_consumer(), Path(self.app.conf.datadir))
+            await membership.leave_previous(faust_adapter.started_consumer(self), Path(self.app.conf.datadir))
 
     async def on_partitions_assigned(self, assigned: set[TP], generation_id: int = 0) -> None:
         if self._dynamic_membership():
-            coordinator = self._ensure_consumer()._coordinator
+            coordinator = faust_adapter.group_coordinator(faust_adapter.started_consumer(self))
             try:
                 membership.write_member(
                     Path(self.app.conf.datadir),
@@ -127,9 +128,8 @@ class TimerConsumerThread(faust_aiokafka.AIOKafkaConsumerThread):
         await super().on_partitions_assigned(assigned, generation_id)
 
 
-class TimerConsumer(faust_aiokafka.Consumer):
-    def _new_consumer_thread(self) -> TimerConsumerThread:
-        return TimerConsumerThread(self, loop=self.loop, beacon=self.beacon)
+class TimerConsumer(faust_adapter.ConsumerBase):
+    thread_class = TimerConsumerThread
 
     async def seek_to_committed(self) -> Mapping[TP, int]:
         positions = dict(await super().seek_to_committed())
@@ -151,8 +151,7 @@ class TimerConsumer(faust_aiokafka.Consumer):
         super().__init__(*args, **kwargs)
         self._backlog = RequestBacklog()  # fetched requests not yet applied (docstring, 3)
 
-    def _get_active_partitions(self) -> set[TP]:
-        active = super()._get_active_partitions()
+    def partitions_to_fetch(self, active: set[TP]) -> set[TP]:
         route = _routes.get(self.app)
         if route is not None and self._backlog.records >= route.batch_size * BACKLOG_STEPS:
             # Enough requests in hand: fetch no more of the partitions they are of until the
@@ -172,24 +171,10 @@ class TimerConsumer(faust_aiokafka.Consumer):
         frontier: int | None = None
         for topic in route.request_topics:
             tp = TP(topic, partition)
-            limit = self._backlog.frontier_ms(tp, *self._fetch_state(tp))
+            limit = self._backlog.frontier_ms(tp, *faust_adapter.fetch_position(self, tp))
             if limit is not None and (frontier is None or limit < frontier):
                 frontier = limit
         return frontier
-
-    def _fetch_state(self, tp: TP) -> tuple[int | None, int | None]:
-        """aiokafka's (high watermark, position) of ``tp``, None where not known (yet).
-
-        The position is the next offset aiokafka hands over; both come from fetch responses.
-        """
-        consumer = self._thread._consumer
-        if consumer is None:
-            return None, None
-        assignment = consumer._subscription.subscription
-        if assignment is None or tp not in assignment.assignment.tps:
-            return None, None
-        state = assignment.assignment.state_value(tp)
-        return state.highwater, state.position if state.has_valid_position else None
 
     async def getmany(self, timeout: float) -> AsyncIterator[tuple[TP, Message]]:
         route = _routes.get(self.app)
@@ -198,7 +183,7 @@ class TimerConsumer(faust_aiokafka.Consumer):
                 yield item
             return
         # With requests in hand, only take what the fetcher has already: they are applied below.
-        records, active = await self._wait_next_records(0 if self._backlog else timeout)
+        records, active = await faust_adapter.wait_next_records(self, 0 if self._backlog else timeout)
         if records is None or self.should_stop:
             return
         if not self.flow_active:  # as Faust does: a rebalance is on, positions are reset
@@ -211,7 +196,7 @@ class TimerConsumer(faust_aiokafka.Consumer):
         generation = self.app.consumer_generation_id
         rest = {}
         for tp, batch in records.items():
-            if not batch or not (active is None or tp in active or tp in self._buffered_partitions):
+            if not batch or not (active is None or tp in active or faust_adapter.is_buffered(self, tp)):
                 continue
             if tp.topic in route.request_topics:
                 self._backlog.add(tp, batch, generation)
@@ -223,13 +208,13 @@ class TimerConsumer(faust_aiokafka.Consumer):
         if ticks:
             route.note_ticks(_records(ticks))
             for tp, batch in ticks:
-                self._ack_offsets(tp, [r.offset for r in batch])
+                faust_adapter.ack_offsets(self, tp, [r.offset for r in batch])
             route.wake()
         # Anything else (table changelogs while recovering) takes Faust's path.
         for tp, record in self.scheduler.iterate(rest):
             if self.app.consumer_generation_id != generation:
                 break
-            yield tp, self._to_message(tp, record)
+            yield tp, faust_adapter.to_message(self, tp, record)
         # One engine step per call, so the ticks of the next fetch wait for one step at
         # most, never for everything one fetch brought (up to megabytes of requests).
         step = self._backlog.take(generation, route.batch_size)
@@ -253,22 +238,12 @@ class TimerConsumer(faust_aiokafka.Consumer):
             raise
         monitor = self.app.monitor
         for tp, batch in batches:
-            self._ack_offsets(tp, [r.offset for r in batch])
+            faust_adapter.ack_offsets(self, tp, [r.offset for r in batch])
             if monitor is not None:
                 # What Faust's stream records for each event it takes in: without it, Faust's
                 # liveness check logs "Stream has not started processing" errors for every
                 # request partition while the worker works through a backlog for a while.
-                monitor.stream_inbound_time[tp] = time.monotonic()
-
-    def _ack_offsets(self, tp: TP, offsets: list[int]) -> None:
-        """What ``Consumer.ack`` does for each message, for a batch applied without Message objects."""
-        committed = self._committed_offset[tp]
-        index = self._acked_index[tp]
-        new = [o for o in offsets if (committed is None or o >= committed) and o not in index]
-        index.update(new)
-        self._acked[tp].extend(new)
-        self._n_acked += len(new)
-        self._read_offset[tp] = offsets[-1]
+                faust_adapter.note_stream_activity(monitor, tp)
 
 
 #: At most this many bytes of request values per ``ingest`` call: a FutureBatch record holds up to
@@ -349,7 +324,7 @@ def _timestamp_ms(record: Any) -> int:
 
 
 #: Engine steps of requests the consumer holds before it fetches only ticks (see
-#: ``TimerConsumer._get_active_partitions``): enough to keep the engine busy between fetches.
+#: ``TimerConsumer.partitions_to_fetch``): enough to keep the engine busy between fetches.
 BACKLOG_STEPS = 4
 
 
@@ -358,16 +333,12 @@ class TimerTransport(faust_aiokafka.Transport):
 
 
 class ShortFetchConsumerThread(TimerConsumerThread):
-    def _create_worker_consumer(self, transport: Any) -> Any:
-        consumer = super()._create_worker_consumer(transport)
-        # aiokafka hands this to its Fetcher in start(), which has not run yet.
-        consumer._fetch_max_wait_ms = EMBEDDED_FETCH_MAX_WAIT_MS
-        return consumer
+    def on_consumer_created(self, consumer: Any) -> None:
+        faust_adapter.set_fetch_max_wait(consumer, EMBEDDED_FETCH_MAX_WAIT_MS)
 
 
 class ShortFetchConsumer(TimerConsumer):
-    def _new_consumer_thread(self) -> ShortFetchConsumerThread:
-        return ShortFetchConsumerThread(self, loop=self.loop, beacon=self.beacon)
+    thread_class = ShortFetchConsumerThread
 
 
 class EmbeddedBrokerTransport(TimerTransport):

@@ -27,14 +27,16 @@ LANGUAGES = PYTHON | SHELL | DATA | SKIPPED
 
 _FENCE = re.compile(r"^(?P<indent> *)(?P<fence>`{3,}|~{3,})(?P<info>.*)$")
 
-#: Commands a test may run against the documentation stack: they only read, print, or schedule
-#: and cancel timers, and they end by themselves (``timers watch`` only with ``--timeout``).
+#: Commands a test may run against the documentation stack: they only read, print, create
+#: callback topics, or schedule and cancel timers, and they end by themselves (``timers watch``
+#: only with ``--timeout``).
 SAFE_COMMANDS = (
     re.compile(r"timers(-[a-z]+)?( [a-z]+)? --help"),
     re.compile(r"timers(-[a-z]+)? --version"),
     re.compile(r"timers watch \S+( --from-beginning)?( --count \d+)? --timeout \S+"),
     re.compile(r"timers (schedule|cancel) .*"),
     re.compile(r"timers topics check"),
+    re.compile(r"timers topics create( --callback [\w.-]+)+"),
     re.compile(r"make help"),
 )
 

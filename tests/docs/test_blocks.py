@@ -158,7 +158,10 @@ def test_the_first_timer_of_the_readme_fires(docs_stack: Stack, tmp_path: Path) 
     readme = page_blocks(REPO / "README.md")
     [first] = [b for b in readme if b.language in PYTHON][:1]
     [watch] = [b for b in readme if b.language == "console" and "timers watch" in b.code][:1]
+    [create] = [b for b in readme if b.language in SHELL and "topics create --callback" in b.code][:1]
     env = reader_env(docs_stack)
+    created = run_shell(shell_script(create), env, tmp_path)
+    assert created.returncode == 0, created.stderr
     scheduled = run_python(first, env, tmp_path)
     assert scheduled.returncode == 0, scheduled.stderr
     watched = run_shell(shell_script(watch), env, tmp_path)

@@ -9,6 +9,7 @@ from types import SimpleNamespace
 from faust.sensors.monitor import Monitor
 from faust.types import TP
 
+from futures.worker import faust_adapter
 from futures.worker.transport import CHUNK_BYTES, RequestBacklog, TimerConsumer
 
 
@@ -46,7 +47,7 @@ def test_records_fetched_before_a_rebalance_are_dropped_not_applied() -> None:
     assert backlog.records == 0 and not backlog
 
 
-def test_applied_requests_count_as_stream_activity_for_fausts_liveness_check() -> None:
+def test_applied_requests_count_as_stream_activity_for_fausts_liveness_check(monkeypatch) -> None:
     # Requests skip Faust's per-event stream; without this, a worker working through a backlog
     # for longer than stream_processing_timeout logs "Stream has not started processing" errors.
     monitor = Monitor()
@@ -57,10 +58,10 @@ def test_applied_requests_count_as_stream_activity_for_fausts_liveness_check() -
 
     tp = TP("timer-request", 2)
     acked: dict[TP, list[int]] = {}
-    consumer = SimpleNamespace(
-        app=SimpleNamespace(consumer_generation_id=7, monitor=monitor),
-        _ack_offsets=lambda tp, offsets: acked.setdefault(tp, []).extend(offsets),
+    monkeypatch.setattr(
+        faust_adapter, "ack_offsets", lambda consumer, tp, offsets: acked.setdefault(tp, []).extend(offsets)
     )
+    consumer = SimpleNamespace(app=SimpleNamespace(consumer_generation_id=7, monitor=monitor))
     fields = {"topic": tp.topic, "partition": 2, "key": None, "value": b"v", "headers": [], "timestamp": 1}
     batch = [SimpleNamespace(offset=offset, **fields) for offset in (5, 6)]
     before = time.monotonic()
