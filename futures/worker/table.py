@@ -99,7 +99,11 @@ class DueTimer:
 
 
 #: One block cache for every partition table of the process (bytes).
-_BLOCK_CACHE = Cache(32 * 1024 * 1024)
+BLOCK_CACHE_BYTES = 32 * 1024 * 1024
+_BLOCK_CACHE = Cache(BLOCK_CACHE_BYTES)
+#: Each partition table's memtables: WRITE_BUFFERS of WRITE_BUFFER_BYTES at most (bytes).
+WRITE_BUFFER_BYTES = 8 * 1024 * 1024
+WRITE_BUFFERS = 2
 
 
 def _options() -> Options:
@@ -107,8 +111,8 @@ def _options() -> Options:
     opts.create_if_missing(True)
     # Memory stays flat however many timers are pending: small memtables,
     # data lives in SST files on disk.
-    opts.set_write_buffer_size(8 * 1024 * 1024)
-    opts.set_max_write_buffer_number(2)
+    opts.set_write_buffer_size(WRITE_BUFFER_BYTES)
+    opts.set_max_write_buffer_number(WRITE_BUFFERS)
     # Index and filter blocks grow with the data; by default RocksDB keeps them
     # all in memory. In the (bounded, shared) block cache instead, memory stays
     # flat at any number of pending timers. Ticks scan in key order, so a small

@@ -153,10 +153,14 @@ class TimerConsumer(faust_adapter.ConsumerBase):
 
     def partitions_to_fetch(self, active: set[TP]) -> set[TP]:
         route = _routes.get(self.app)
-        if route is not None and self._backlog.records >= route.batch_size * BACKLOG_STEPS:
-            # Enough requests in hand: fetch no more of the partitions they are of until the
-            # engine catches up. Ticks, and the request partitions with nothing in hand, are
-            # still fetched: their frontier (frontier_ms) must stay known.
+        backlog = self._backlog
+        if route is not None and (
+            backlog.records >= route.batch_size * BACKLOG_STEPS
+            or backlog.bytes >= CHUNK_BYTES * BACKLOG_STEPS
+        ):
+            # Enough requests in hand, by count or by bytes whatever their size: fetch no more
+            # of the partitions they are of until the engine catches up. Ticks, and the request
+            # partitions with nothing in hand, are still fetched: their frontier must stay known.
             held = self._backlog.partitions()
             return {tp for tp in active if tp not in held}
         return active
@@ -219,7 +223,10 @@ class TimerConsumer(faust_adapter.ConsumerBase):
         # most, never for everything one fetch brought (up to megabytes of requests).
         step = self._backlog.take(generation, route.batch_size)
         if step:
-            await self._apply(route.ingest, step, generation)
+            try:
+                await self._apply(route.ingest, step, generation)
+            finally:
+                self._backlog.applied(step)
             route.wake()  # ticks waiting for these requests may fire now
 
     async def _apply(self, apply: Apply, batches: list[tuple[TP, list[Any]]], generation: int) -> None:
@@ -258,9 +265,13 @@ class RequestBacklog:
     def __init__(self) -> None:
         self._batches: deque[tuple[TP, list[Any], int]] = deque()
         self.records = 0
-        #: Per partition, the timestamp of the last record taken to be applied (since the
-        #: last rebalance): how far its requests are known applied.
-        self._taken_ms: dict[TP, int] = {}
+        self.bytes = 0  # of the values in hand
+        #: Per partition, the timestamp of the oldest record of the step being applied: until
+        #: it is, its records are the first not applied.
+        self._applying: dict[TP, int] = {}
+        #: Per partition, the timestamp of the last record applied (since the last
+        #: rebalance): how far its requests are known applied.
+        self._applied_ms: dict[TP, int] = {}
 
     def __bool__(self) -> bool:
         return bool(self._batches)
@@ -268,11 +279,12 @@ class RequestBacklog:
     def add(self, tp: TP, batch: list[Any], generation: int) -> None:
         self._batches.append((tp, batch, generation))
         self.records += len(batch)
+        self.bytes += sum(len(r.value or b"") for r in batch)
 
     def clear(self) -> None:
         self._batches.clear()
-        self.records = 0
-        self._taken_ms.clear()
+        self.records = self.bytes = 0
+        self._applied_ms.clear()
 
     def partitions(self) -> set[TP]:
         """The partitions of which records are in hand."""
@@ -281,18 +293,21 @@ class RequestBacklog:
     def frontier_ms(self, tp: TP, highwater: int | None, position: int | None) -> int | None:
         """Epoch ms before which every record of ``tp`` is applied, None if all written are.
 
-        The oldest record in hand is the first not applied. With none in hand, the
-        consumer has handed over everything up to ``position`` (the next offset to come);
-        the broker holds more if its ``highwater`` (the next offset it writes) is past
-        that, and those come after the last record taken (-1: none known yet, so
-        nothing may pass until they are read).
+        The oldest record of the step being applied, else the oldest in hand, is the
+        first not applied. With none, the consumer has handed over everything up to
+        ``position`` (the next offset to come); the broker holds more if its
+        ``highwater`` (the next offset it writes) is past that, and those come after
+        the last record applied (-1: none known yet, so nothing may pass until they are read).
         """
+        applying = self._applying.get(tp)
+        if applying is not None:
+            return max(applying, 0)
         for batch_tp, batch, _ in self._batches:
             if batch_tp == tp:
                 return max(_timestamp_ms(batch[0]), 0)
         if highwater is not None and position is not None and highwater <= position:
             return None
-        return self._taken_ms.get(tp, -1)
+        return self._applied_ms.get(tp, -1)
 
     def take(self, generation: int, size: int) -> list[tuple[TP, list[Any]]]:
         """The next engine step: the oldest records of ``generation``, at most ``size`` of them
@@ -304,19 +319,31 @@ class RequestBacklog:
             tp, batch, fetched_in = batches.popleft()
             if fetched_in != generation:
                 self.records -= len(batch)  # not acked: read again by whoever owns them now
+                self.bytes -= sum(len(r.value or b"") for r in batch)
                 continue
             end = 0
+            taken_bytes = 0
             while end < len(batch) and count < size and volume < CHUNK_BYTES:
-                volume += len(batch[end].value or b"")
+                size_of = len(batch[end].value or b"")
+                volume += size_of
+                taken_bytes += size_of
                 count += 1
                 end += 1
             step.append((tp, batch[:end]))
             if end:
-                self._taken_ms[tp] = max(_timestamp_ms(batch[end - 1]), self._taken_ms.get(tp, -1))
+                self._applying.setdefault(tp, _timestamp_ms(batch[0]))
             if end < len(batch):
                 batches.appendleft((tp, batch[end:], fetched_in))
             self.records -= end
+            self.bytes -= taken_bytes
         return step
+
+    def applied(self, step: list[tuple[TP, list[Any]]]) -> None:
+        """The engine is done with ``step`` (applied, or left to be read again)."""
+        for tp, part in step:
+            self._applying.pop(tp, None)
+            if part:
+                self._applied_ms[tp] = max(_timestamp_ms(part[-1]), self._applied_ms.get(tp, -1))
 
 
 def _timestamp_ms(record: Any) -> int:

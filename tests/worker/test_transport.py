@@ -78,11 +78,26 @@ def test_the_frontier_is_the_oldest_request_in_hand_then_the_last_taken_until_ca
     backlog.add("p0", records(4, 10, first_ms=7_000), 1)
     backlog.add("p1", records(1, 10, first_ms=3_000), 1)
     assert backlog.frontier_ms("p0", highwater=9, position=9) == 7_000
-    backlog.take(1, 2)  # two of p0's applied
+    step = backlog.take(1, 2)  # two of p0's, being applied
+    assert backlog.frontier_ms("p0", highwater=9, position=9) == 7_000  # not applied yet
+    backlog.applied(step)
     assert backlog.frontier_ms("p0", highwater=9, position=9) == 7_002
-    backlog.take(1, 3)  # the rest of p0's, and p1's
+    step = backlog.take(1, 3)  # the rest of p0's, and p1's
+    assert backlog.frontier_ms("p0", highwater=9, position=9) == 7_002  # still being applied
+    backlog.applied(step)
     assert backlog.frontier_ms("p0", highwater=12, position=9) == 7_003  # the broker holds more
     assert backlog.frontier_ms("p0", highwater=9, position=9) is None
     assert backlog.partitions() == set()
-    backlog.clear()  # a rebalance: what was taken before says nothing of the new position
+    backlog.clear()  # a rebalance: what was applied before says nothing of the new position
     assert backlog.frontier_ms("p0", highwater=12, position=9) == -1
+
+
+def test_the_backlog_counts_the_bytes_it_holds() -> None:
+    backlog = RequestBacklog()
+    backlog.add("p0", records(3, 1000), 1)
+    backlog.add("p1", records(2, 500), 1)
+    assert backlog.bytes == 4000
+    backlog.take(1, 4)
+    assert backlog.bytes == 500
+    backlog.clear()
+    assert backlog.bytes == 0
