@@ -68,10 +68,11 @@ class DueScan:
         if want <= 0 or room <= 0 or not self.more:
             return
         items = self._table.due_items(self.limit_ms, want, after=self.last or None, max_bytes=room)
-        self.more = len(items) == want or sum(len(v) for _, v in items) >= room
+        read = sum(len(v) for _, v in items)
+        self.more = len(items) == want or read >= room
         if items:
             self._items.extend(items)
-            self._bytes += sum(len(v) for _, v in items)
+            self._bytes += read
             self.last = items[-1][0]
 
     def take(self, bound: bytes | None) -> list[tuple[bytes, int, bytes]]:

@@ -8,9 +8,13 @@ worker's clock reaches its due millisecond — through the fire path's pieces:
 (``Dispatcher.settle``), and :func:`~futures.worker.changelog.commit` to settle
 (tombstones, then the table), a few hundred timers at a time.
 
-A window never sends a timer before the requests of its partition written before that
-timer's due time are applied (the join's frontier, :mod:`futures.worker.join`): it waits
-for them, as a tick does, at most ``TIMERS_JOIN_MAX_WAIT_S``. It sends nothing after its
+A window of second w sends nothing before the requests of its partition written before
+second w began are applied (the join's frontier, :mod:`futures.worker.join`): it waits for
+them, as a tick does, at most ``TIMERS_JOIN_MAX_WAIT_S``. So a cancel or a new version written
+before the second its timer is due in wins, however far behind the worker is; one written
+within that second races with the send (once sent, a cancel reports ``CANCEL_MISSED``).
+Waiting for requests up to each timer's own millisecond would put the ingest's latency
+(tens of milliseconds) on every precise timer. It sends nothing after its
 partition is revoked, and a failed settle stops the worker (``on_failure``).
 """
 
@@ -118,8 +122,8 @@ class PreciseMode:
                     continue
                 if next_due is None:
                     break  # the second is over: a timer offered from now on is the next tick's
-                if self._behind(partition, next_due, waited_since):
-                    # Requests written before this timer was due are still to be applied.
+                if self._behind(partition, (window.second - 1) * 1000, waited_since):
+                    # Requests written before this window's second began are still to be applied.
                     waited_since = waited_since or self._monotonic()
                     await window.wait(_FRONTIER_POLL_S)
                     continue
@@ -150,11 +154,11 @@ class PreciseMode:
             if isinstance(outcome, BaseException):
                 raise outcome  # to Windows' on_failure: the worker stops
 
-    def _behind(self, partition: int, due_ms: int, since: float | None) -> bool:
-        """Whether requests of ``partition`` written before ``due_ms`` are still to be applied,
-        and the timer has not waited for them ``TIMERS_JOIN_MAX_WAIT_S`` yet."""
+    def _behind(self, partition: int, start_ms: int, since: float | None) -> bool:
+        """Whether requests of ``partition`` written before ``start_ms`` (epoch ms) are still to be
+        applied, and the window has not waited for them ``TIMERS_JOIN_MAX_WAIT_S`` yet."""
         frontier_ms = self._frontier.frontier_ms(partition)
-        if frontier_ms is None or frontier_ms >= due_ms:
+        if frontier_ms is None or frontier_ms >= start_ms:
             return False
         if since is not None and self._monotonic() - since >= self._ctx.config.join_max_wait_s:
             self._ctx.metrics.join_wait_bound.inc()
