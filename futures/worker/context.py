@@ -40,10 +40,10 @@ def callback_bytes(callback: Callback) -> int:
 class FireBudget:
     """``TIMERS_FIRE_BUDGET_BYTES``: what the worker holds for firing, all partitions together.
 
-    Shared out so that no part waits for another's bytes: a quarter for the callbacks built
-    ahead of their tick, a quarter for the open precise windows, and half for a firing —
-    three pieces in flight and one being read, each a twelfth as stored timers, about a
-    sixth once built into callbacks (which hold each payload twice).
+    Shared out so that no part waits for another's bytes: half for a firing — three pieces in
+    flight and one being read, each a twelfth as stored timers, about a sixth once built into
+    callbacks (which hold each payload twice) — and half for what the mode builds ahead: the
+    callbacks of the next second (second mode) or the open windows (precise mode).
     """
 
     total: int
@@ -54,12 +54,9 @@ class FireBudget:
         return max(self.total // 12, 1)
 
     @property
-    def lookahead(self) -> int:
-        return max(self.total // 4, 1)
-
-    @property
-    def windows(self) -> int:
-        return max(self.total // 4, 1)
+    def ahead(self) -> int:
+        """Bytes of callbacks built ahead: the lookahead's, or all open precise windows'."""
+        return max(self.total // 2, 1)
 
 
 class EngineContext:

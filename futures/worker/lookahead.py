@@ -30,7 +30,7 @@ _BUILD_AT_ONCE = 500
 class Lookahead:
     def __init__(self, ctx: EngineContext) -> None:
         self._ctx = ctx
-        self.max_bytes = ctx.budget.lookahead
+        self.max_bytes = ctx.budget.ahead
         self._ready: dict[int, dict[bytes, Callback]] = {}  # partition → table key → callback
         self._count = 0
         self.bytes = 0
