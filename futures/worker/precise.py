@@ -112,7 +112,9 @@ class PreciseMode:
             deliveries = Deliveries()
             topics: dict[str, KafkaError | None] = {}  # callback topics looked up, for this window
             sent_bytes = 0
-            waited_since: float | None = None
+            # The window's join point: the requests written before it must be applied first.
+            join_ms, joined = (window.second - 2) * 1000, False
+            waited_since: float | None = None  # monotonic seconds: when its first due timer waited
             while True:
                 # Checked again before each timer, with no await until it is produced.
                 if window.revoked or not ctx.owns(partition):
@@ -124,12 +126,12 @@ class PreciseMode:
                     continue
                 if next_due is None:
                     break  # the second is over: a timer offered from now on is the next tick's
-                if self._behind(partition, (window.second - 2) * 1000, waited_since):
-                    # Requests written a second before this window's second are still to be applied.
-                    waited_since = waited_since or self._monotonic()
-                    await window.wait(_FRONTIER_POLL_S)
-                    continue
-                waited_since = None
+                if not joined:
+                    waited_since = self._monotonic() if waited_since is None else waited_since
+                    joined = self._joined(partition, join_ms, waited_since)
+                    if not joined:
+                        await window.wait(_FRONTIER_POLL_S)
+                        continue
                 callback = window.pop()
                 if callback is None:
                     continue  # cancelled or replaced meanwhile
@@ -156,16 +158,18 @@ class PreciseMode:
             if isinstance(outcome, BaseException):
                 raise outcome  # to Windows' on_failure: the worker stops
 
-    def _behind(self, partition: int, start_ms: int, since: float | None) -> bool:
-        """Whether requests of ``partition`` written before ``start_ms`` (epoch ms) are still to be
-        applied, and the window has not waited for them ``TIMERS_JOIN_MAX_WAIT_S`` yet."""
+    def _joined(self, partition: int, join_ms: int, since: float) -> bool:
+        """Whether a window may send: the requests of ``partition`` written before ``join_ms``
+        (epoch ms) are applied, or it has waited for them ``TIMERS_JOIN_MAX_WAIT_S`` since
+        ``since`` (monotonic seconds; counted once). The frontier only moves on, so once
+        joined a window stays joined."""
         frontier_ms = self._frontier.frontier_ms(partition)
-        if frontier_ms is None or frontier_ms >= start_ms:
-            return False
-        if since is not None and self._monotonic() - since >= self._ctx.config.join_max_wait_s:
+        if frontier_ms is None or frontier_ms >= join_ms:
+            return True
+        if self._monotonic() - since >= self._ctx.config.join_max_wait_s:
             self._ctx.metrics.join_wait_bound.inc()
-            return False
-        return True
+            return True
+        return False
 
     async def _settle(self, window: Window, sent: list[tuple[Callback, int]], deliveries: Deliveries) -> None:
         """Once their delivery reports are in, record a window's sent timers and delete them.

@@ -260,3 +260,32 @@ def test_windows_hold_no_more_bytes_than_their_share_of_the_budget(tmp_path: Pat
         asyncio.run(scenario())
     finally:
         rig.close()
+
+
+def test_a_window_waits_for_older_requests_at_most_the_bound_in_all(tmp_path: Path) -> None:
+    # The older requests never come: the window's timers go once the window has waited
+    # TIMERS_JOIN_MAX_WAIT_S, all of them, not that long again for each.
+    config = WorkerConfig(common=CommonConfig(kafka=KafkaConfig()), precise=True, join_max_wait_s=0.3)
+    rig = WallClockRig(tmp_path, config)
+    engine = rig.engine
+
+    async def scenario() -> None:
+        s = await _early_in_a_second()
+        base = s * 1000
+        due = {f"t{i}": base + 300 + 10 * i for i in range(3)}
+        await engine.ingest([rig.request(t, d) for t, d in due.items()])
+        await engine.advance([rig.tick_record(s)])
+        rig.frontier.behind[0] = base - 5000  # and it stays behind
+        await _sleep_until(base + 1020)
+        await engine.advance([rig.tick_record(s + 1)])  # waits for the window to settle
+        sent = {
+            (cb.header("kt-id") or b"").decode(): int(cb.header("kt-fired-ms") or 0) for cb in rig.callbacks()
+        }
+        assert set(sent) == set(due)
+        assert all(sent[t] - due[t] < 550 for t in due), sent  # 300 ms once, not once per timer
+        assert rig.metrics.registry.get_sample_value("timers_join_wait_bound_total") == 1
+
+    try:
+        asyncio.run(scenario())
+    finally:
+        rig.close()
