@@ -49,7 +49,7 @@ test: $(STAMP) redis java browser promtool lint helm-lint ## lint, then every te
 	$(BIN)/pytest
 
 run: $(STAMP) ## broker, topics, oscillator, worker and a demo; Ctrl-C stops (RUN_SECONDS=N: after N s)
-	$(BIN)/python tools/devstack.py
+	$(BIN)/python -m tools.devstack
 
 redis: ## install Debian's redis-server (the benchmarks' Redis baseline) if it is missing
 	@command -v redis-server >/dev/null || { \
