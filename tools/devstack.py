@@ -27,13 +27,13 @@ import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaException, Message, TopicPartition
-from confluent_kafka.admin import AdminClient, NewTopic
+from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, Message, TopicPartition
 
 from futures.client import TimerClient, TimerHandle
 from ktimers.config import CommonConfig
 from ktimers.errors import TimersError
 from ktimers.shutdown import StopFlag
+from ktimers.topics import admin_client, create_topics
 from ktimers.wire import H_DUE_MS, H_FIRED_MS, H_ID, H_TOKEN, header_value, text_or_repr
 from tools.stack import REPO, Broker, ChildDied, Service, Stack, open_broker, spawner, tail
 
@@ -41,7 +41,6 @@ RUN_DIR = REPO / "run"
 BROKER_LOG = RUN_DIR / "tansu.log"
 
 DEMO_TOPIC = "demo-callbacks"
-DEMO_PARTITIONS = 4
 DEMO_EVERY_S = 2.0  # a new batch of demo timers this often (seconds)
 DEMO_TIMERS_PER_BATCH = 3
 READY_TIMEOUT_S = 90.0  # worker start to first tick processed; ~5 s measured (seconds)
@@ -150,16 +149,9 @@ def record_headers(msg: Message) -> list[tuple[str, bytes | None]]:
 
 
 def create_demo_topic(common: CommonConfig) -> list[int]:
-    """Create the demo callback topic; return its partition numbers."""
-    admin = AdminClient(common.kafka.librdkafka())
-    new = NewTopic(DEMO_TOPIC, DEMO_PARTITIONS, common.kafka.settings.replication_factor)
-    for future in admin.create_topics([new], operation_timeout=10, request_timeout=10).values():
-        try:
-            future.result()
-        except KafkaException as exc:
-            if exc.args[0].code() != KafkaError.TOPIC_ALREADY_EXISTS:
-                raise
-    return sorted(admin.list_topics(timeout=10).topics[DEMO_TOPIC].partitions)
+    """Create the demo callback topic (the worker never creates one); return its partition numbers."""
+    create_topics(common, callback_topics=[DEMO_TOPIC])
+    return sorted(admin_client(common).list_topics(timeout=10).topics[DEMO_TOPIC].partitions)
 
 
 def callback_consumer(common: CommonConfig, partitions: list[int]) -> Consumer:
