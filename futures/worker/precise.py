@@ -35,7 +35,7 @@ from futures.worker.context import EngineContext, callback_bytes
 from futures.worker.join import RequestFrontier
 from futures.worker.kafka import Deliveries
 from futures.worker.table import due_of_key
-from futures.worker.windows import FailFn, Window, Windows
+from futures.worker.windows import FailFn, Window, Windows, wake
 
 log = logging.getLogger(__name__)
 
@@ -98,6 +98,21 @@ class PreciseMode:
         window.complete = len(due) < _READ and sum(len(v) for _, v in due) < room
         return not window.complete
 
+    async def _read_on(self, window: Window) -> None:
+        """Read ``window``'s timers on from the table while it holds few enough to send and the
+        budget has room: under the lock, taking turns with ingest and the ticks."""
+        ctx = self._ctx
+        while not window.complete and not window.closing:
+            if not window.wants_reading(_READ_BELOW):
+                await asyncio.sleep(_READ_POLL_MS / 1000)  # for its settles to free bytes
+                continue
+            async with ctx.lock:
+                if window.closing or not ctx.owns(window.partition):
+                    return
+                self._read(window)
+            if window.waiter is not None:
+                wake(window.waiter)
+
     def _load(self, partition: int, key: bytes) -> Callback | None:
         """The callback of the timer under ``key``, read from the table (for a deferred timer)."""
         stored = self._ctx.tables(partition).get_raw(key)
@@ -125,6 +140,8 @@ class PreciseMode:
         # would hold up the next window's first timers.
         settling: list[asyncio.Task[None]] = []
         sent: list[tuple[Callback, int]] = []  # and when each was sent
+        # The timers the budget had no room for when the window opened, read as it frees.
+        reading = None if window.complete else asyncio.create_task(self._read_on(window))
         try:
             deliveries = Deliveries()
             topics: dict[str, KafkaError | None] = {}  # callback topics looked up, for this window
@@ -136,17 +153,12 @@ class PreciseMode:
                 # Checked again before each timer, with no await until it is produced.
                 if window.revoked or not ctx.owns(partition):
                     break
-                reading = window.wants_reading(_READ_BELOW)
-                if reading and not ctx.lock.locked():
-                    self._read(window)  # the timers the budget had no room for when it opened
                 next_due = window.next_due()
                 if next_due is None and not window.complete:
-                    await window.wait(_READ_POLL_MS / 1000)  # for settles to free bytes, or ingest the table
+                    await window.wait(_READ_POLL_MS / 1000)  # for _read_on to find more
                     continue
                 wait_ms = (end_ms if next_due is None else next_due) - ctx.clock()
                 if wait_ms > 0:
-                    if reading:
-                        wait_ms = min(wait_ms, _READ_POLL_MS)
                     await window.wait(wait_ms / 1000)  # an earlier timer offered meanwhile cuts it short
                     continue
                 if next_due is None:
@@ -174,6 +186,8 @@ class PreciseMode:
                 sent = []
         finally:
             window.closing = True
+            if reading is not None:
+                reading.cancel()
             # Open until its timers are deleted: the tick of its second waits for that (Windows.done).
             settled = await asyncio.gather(*settling, return_exceptions=True)
             window.settled(c for c, _ in sent)  # left in the table, for the new owner: at least once

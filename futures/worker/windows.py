@@ -146,7 +146,7 @@ class Window:
         """Sleep ``seconds``, or less if :meth:`Windows.offer` adds an earlier timer meanwhile."""
         loop = asyncio.get_running_loop()
         self.waiter = waiter = loop.create_future()
-        timer = loop.call_later(seconds, _wake, waiter)
+        timer = loop.call_later(seconds, wake, waiter)
         try:
             await waiter
         finally:
@@ -154,7 +154,7 @@ class Window:
             self.waiter = None
 
 
-def _wake(waiter: asyncio.Future[None]) -> None:
+def wake(waiter: asyncio.Future[None]) -> None:
     if not waiter.done():
         waiter.set_result(None)
 
@@ -218,7 +218,7 @@ class Windows:
                 del self._open[key]
                 window.revoked = window.closing = True
                 if window.waiter is not None:
-                    _wake(window.waiter)
+                    wake(window.waiter)
 
     async def done(self, seconds: Mapping[int, int]) -> None:
         """Wait until the windows of each partition up to its second in ``seconds`` have sent
@@ -247,7 +247,7 @@ class Windows:
         else:
             earliest = window.add((due_ms, key, prepare(key, partition, stored)))
         if earliest and window.waiter is not None:
-            _wake(window.waiter)
+            wake(window.waiter)
 
     def cancel(self, partition: int, due_ms: int, key: bytes) -> bool:
         """For a cancel: take the timer out of its window; True if it was sent already."""
