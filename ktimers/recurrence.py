@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
-from ktimers.timers_pb2 import Future, Recurrence
+from ktimers.timers_pb2 import Future, Recurrence, StoredTimer
 
 __all__ = [
     "H_OCCURRENCE",
@@ -36,6 +36,7 @@ __all__ = [
     "RecurrenceError",
     "Series",
     "next_occurrence",
+    "occurrence_headers",
     "ordinal_of",
     "series_of",
     "zone_of",
@@ -368,3 +369,16 @@ def next_occurrence(future: Future, floor_ms: int) -> Future | None:
     following.recurrence.ordinal = ordinal + 1
     following.recurrence.first_due_ms = recurrence.first_due_ms or due_ms
     return following
+
+
+def occurrence_headers(
+    timer: StoredTimer, own: tuple[tuple[str, bytes | None], ...]
+) -> tuple[int, tuple[tuple[str, bytes | None], ...]]:
+    """A callback's ordinal (0 when ``timer`` is no series) and its headers before ``kt-id``:
+    ``own`` (the user's), then ``kt-occurrence`` for an occurrence of a series — after every
+    user header, so a reader taking a header's last value cannot be fooled by one."""
+    future = timer.future
+    if not future.HasField("recurrence"):
+        return 0, own
+    ordinal = ordinal_of(future.recurrence)
+    return ordinal, (*own, (H_OCCURRENCE, str(ordinal).encode()))
