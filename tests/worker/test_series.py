@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from futures.ingress.records import SourceRecord
 from futures.worker.config import WorkerConfig
 from futures.worker.engine import wall_clock_ms
 from futures.worker.table import table_key
@@ -20,7 +21,7 @@ from tests.worker.rig import T_MS, Kind, Rig, T
 from tests.worker.test_precise import WallClockRig
 
 
-def series(rig: Rig, timer_id: str, due_ms: int, recurrence: Recurrence, partition: int = 0):  # type: ignore[no-untyped-def]
+def series(rig: Rig, timer_id: str, due_ms: int, recurrence: Recurrence, partition: int = 0) -> SourceRecord:
     future = Future(
         callBackTopic="orders",
         callBackKey=f"key-{timer_id}",
