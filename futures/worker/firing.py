@@ -34,6 +34,7 @@ from futures.worker.changelog import Changes, commit
 from futures.worker.context import EngineContext
 from futures.worker.dispatch import FireOutcome, Sending
 from futures.worker.lookahead import Lookahead
+from futures.worker.series import arm_next
 from futures.worker.table import PartitionTimers, Record
 
 #: Timers of a firing's first piece at most: its first callbacks leave before a whole piece is read.
@@ -195,6 +196,8 @@ class Firing:
         for partition, records in tombstones.items():
             changes[partition].records.extend(records)
             changes[partition].pending_delta -= len(records)
+        # Recurring timers: the next occurrence, in the write that removes this one.
+        arm_next(self._ctx, ((c, fired.limits[c.partition]) for c in done if c.occurrence), changes)
         if outcome.transient:
             # Kept in the table: the scans here read on past them, the next firing reads them again.
             self._ctx.metrics.dispatch_retries.inc(len(outcome.transient))

@@ -28,6 +28,7 @@ from futures.worker.changelog import Changes, commit
 from futures.worker.config import LatePolicy
 from futures.worker.context import EngineContext
 from futures.worker.gaps import GapReader
+from futures.worker.series import is_recurring, reject_invalid
 from futures.worker.table import PartitionTimers, table_key
 from futures.worker.windows import Windows
 from ktimers.wire import TimerEvent
@@ -147,8 +148,12 @@ class Ingest:
         table = self._ctx.tables(partition)
         due = self._current_due(part, table, request.timer_id)
         if due is not None and self._windows is not None:
-            if self._windows.cancel(partition, due, table_key(due, request.timer_id)):
-                due = None  # sent by precise mode a moment ago; its deletion is on the way
+            key = table_key(due, request.timer_id)
+            if self._windows.cancel(partition, due, key):
+                if is_recurring(table, due, request.timer_id):
+                    self._windows.withdraw(partition, due, key)  # sent, and the cancel ends its series
+                else:
+                    due = None  # sent by precise mode a moment ago; its deletion is on the way
         if due is None:
             self._ctx.metrics.cancel_missed.inc()
             self._ctx.dispatch.event(
@@ -171,6 +176,10 @@ class Ingest:
         """
         partition = request.record.partition
         timer_id, due_ms = request.timer_id, request.due_ms
+        if request.timer.future.HasField("recurrence") and reject_invalid(
+            self._ctx, request.record, request.timer
+        ):
+            return
         old_due = self._current_due(part, table, timer_id)
         new_key = table_key(due_ms, timer_id)
         if old_due is not None and self._windows is not None:

@@ -34,6 +34,7 @@ from futures.worker.changelog import Changes, commit
 from futures.worker.context import EngineContext, callback_bytes
 from futures.worker.join import RequestFrontier
 from futures.worker.kafka import Deliveries
+from futures.worker.series import arm_next
 from futures.worker.table import due_of_key
 from futures.worker.windows import FailFn, Window, Windows, wake
 
@@ -231,8 +232,12 @@ class PreciseMode:
                     if key not in window.removed:
                         part.records.append((key, None))
                         part.pending_delta -= 1
+                kept = (sent[i] for i in outcome.done if sent[i][0].key not in window.removed)
+                armed = arm_next(ctx, kept, {partition: part})  # a series' next occurrence, same write
                 # Transient failures stay in the table: the next tick's scan retries them.
                 await commit(ctx, {partition: part})
+                for offer in armed:
+                    self.windows.offer(*offer)
         except Exception as exc:
             self._on_failure(exc)
             raise
