@@ -190,14 +190,15 @@ class Firing:
     ) -> None:
         """Tombstones for the timers delivered or dead-lettered; those that failed transiently are kept."""
         done = sent if len(outcome.done) == len(sent) else [sent[i] for i in outcome.done]
+        # Recurring timers: the next occurrence, in the write that removes this one and before
+        # its tombstone, so that no part of the write ends the series.
+        arm_next(self._ctx, ((c, fired.limits[c.partition]) for c in done if c.occurrence), changes)
         tombstones: dict[int, list[Record]] = defaultdict(list)
         for callback in done:
             tombstones[callback.partition].append((callback.key, None))
         for partition, records in tombstones.items():
             changes[partition].records.extend(records)
             changes[partition].pending_delta -= len(records)
-        # Recurring timers: the next occurrence, in the write that removes this one.
-        arm_next(self._ctx, ((c, fired.limits[c.partition]) for c in done if c.occurrence), changes)
         if outcome.transient:
             # Kept in the table: the scans here read on past them, the next firing reads them again.
             self._ctx.metrics.dispatch_retries.inc(len(outcome.transient))

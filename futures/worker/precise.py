@@ -227,13 +227,12 @@ class PreciseMode:
                 outcome = ctx.dispatch.settle(callbacks, deliveries, [f for _, f in sent])
                 await ctx.dispatch.deliver_dead_letters(outcome)
                 part = Changes()
-                for i in outcome.done:
-                    key = sent[i][0].key
-                    if key not in window.removed:
-                        part.records.append((key, None))
-                        part.pending_delta -= 1
-                kept = (sent[i] for i in outcome.done if sent[i][0].key not in window.removed)
-                armed = arm_next(ctx, kept, {partition: part})  # a series' next occurrence, same write
+                done = [sent[i] for i in outcome.done if sent[i][0].key not in window.removed]
+                # A series' next occurrence, in the same write and before the tombstone.
+                armed = arm_next(ctx, done, {partition: part})
+                for callback, _ in done:
+                    part.records.append((callback.key, None))
+                part.pending_delta -= len(done)
                 # Transient failures stay in the table: the next tick's scan retries them.
                 await commit(ctx, {partition: part})
                 for offer in armed:

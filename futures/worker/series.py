@@ -3,13 +3,13 @@ as one fires.
 
 A recurring timer (a ``Future`` with a ``Recurrence``, :mod:`ktimers.recurrence`) is one
 stored timer at a time, its current occurrence. When that occurrence's callback is
-delivered (or dead-lettered), :func:`arm_next` adds the next occurrence's put right after
+delivered (or dead-lettered), :func:`arm_next` adds the next occurrence's put right before
 the current one's tombstone, in the same :class:`~futures.worker.changelog.Changes`: one
-changelog write removes the one and arms the other, so a crash either repeats the
-occurrence (the usual at-least-once duplicate, same ordinal, which then arms the next once)
-or finds the next one armed — never neither, never both. The next occurrence keeps the id
-(a cancel or a new version by id ends or replaces the series) and the original request's
-coordinates; its table key follows its due time.
+changelog write arms the one and removes the other, so a crash either repeats the
+occurrence (the usual at-least-once duplicate, same ordinal, which then arms the same next
+occurrence again: same table key) or finds the next one armed — never neither, never two.
+The next occurrence keeps the id (a cancel or a new version by id ends or replaces the
+series) and the original request's coordinates; its table key follows its due time.
 
 Each arming emits a SCHEDULED event for the next occurrence (its due time, the original
 request's offset, ``reason`` ``occurrence <ordinal>``). A series whose last occurrence fired
@@ -80,7 +80,7 @@ def is_recurring(table: PartitionTimers, due_ms: int, timer_id: str) -> bool:
 def arm_next(
     ctx: EngineContext, fired: Iterable[tuple[Callback, int]], changes: Mapping[int, Changes]
 ) -> list[Offer]:
-    """Stage the next occurrence of each recurring timer in ``fired``, after its tombstone.
+    """Stage the next occurrence of each recurring timer in ``fired``, before its tombstone.
 
     ``fired``: the timers whose tombstones are staged in ``changes`` (by partition), each
     with its floor (epoch ms): occurrences due at or before it are skipped — the clock the
@@ -100,7 +100,9 @@ def arm_next(
         due_ms = following.due_ms
         key = table_key(due_ms, following.id)
         part = changes[callback.partition]
-        part.records.append((key, value))  # after the tombstone, which drops the id's index entry
+        # Before the tombstone: a write cut short between the two leaves the series armed, and
+        # the tombstone leaves the id's index entry to the put (PartitionTimers.apply).
+        part.records.append((key, value))
         part.pending_delta += 1
         offers.append((callback.partition, due_ms, key, value))
         ctx.dispatch.event(

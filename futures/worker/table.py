@@ -325,6 +325,10 @@ class PartitionTimers:
         # batch is not readable before it is written, and a replay batch may put
         # and delete (or put twice) the same key.
         present: dict[bytes, bool] = {}
+        # Index entries this write puts (index key → due bytes): a tombstone of an id's other
+        # version leaves the entry alone (a series' next occurrence is put before the
+        # current one's tombstone, a new version may be put before the old one's).
+        indexed: dict[bytes, bytes] = {}
         # A timer put at or below the watermark (accepted late) lowers the low mark.
         below = TIMER_PREFIX + due_prefix(self._watermark_ms() + 1)
         low = self._low_ms
@@ -342,10 +346,18 @@ class PartitionTimers:
                     present[key] = value is not None
                 if value is None:
                     batch.delete(key)
-                    batch.delete(index_key)
+                    points_at = indexed.get(index_key)
+                    if points_at is None and pending_delta is None:
+                        # A replay: the put may be in an earlier batch of the same write.
+                        raw = self._db.get(index_key)
+                        points_at = None if raw is None else bytes(raw)
+                    if points_at is None or points_at == key[1:_TIMER_ID_AT]:
+                        batch.delete(index_key)
+                        indexed.pop(index_key, None)
                 else:
                     batch.put(key, value)
-                    batch.put(index_key, key[1:_TIMER_ID_AT])
+                    indexed[index_key] = key[1:_TIMER_ID_AT]
+                    batch.put(index_key, indexed[index_key])
                     if key < below:
                         due = due_of_key(key)
                         low = due if low is None else min(low, due)

@@ -10,7 +10,7 @@ import pytest
 from futures.ingress.records import SourceRecord
 from futures.worker.config import WorkerConfig
 from futures.worker.engine import wall_clock_ms
-from futures.worker.table import table_key
+from futures.worker.table import PartitionTimers, table_key
 from ktimers.config import CommonConfig, KafkaConfig
 from ktimers.errors import DeliveryError
 from ktimers.recurrence import H_OCCURRENCE
@@ -64,15 +64,35 @@ def test_the_next_occurrence_is_armed_in_the_write_that_removes_the_current_one(
     rig.tick(T + 1)
     fire_write = [s for s in rig.changelog()[written:] if s.key and s.key.startswith(b"t")]
     assert [(s.key, s.value is None) for s in fire_write] == [
-        (table_key(T_MS + 500, "s"), True),  # the tombstone first: it drops the id's index entry
-        (table_key(T_MS + 60_500, "s"), False),
+        (table_key(T_MS + 60_500, "s"), False),  # the next occurrence first: a cut write keeps it
+        (table_key(T_MS + 500, "s"), True),
     ]
     assert fire_write[0].flush_no == fire_write[1].flush_no
-    stored = StoredTimer.FromString(fire_write[1].value or b"")
+    stored = StoredTimer.FromString(fire_write[0].value or b"")
     assert (stored.future.recurrence.ordinal, stored.future.recurrence.first_due_ms) == (2, T_MS + 500)
     assert stored.source_offset == 0  # the request that started the series
     assert rig.table(0).due_of("s") == T_MS + 60_500
     assert rig.table(0).pending == 1
+
+
+@pytest.mark.parametrize("cut", [False, True], ids=["whole", "cut-between-put-and-tombstone"])
+def test_a_table_rebuilt_from_the_changelog_holds_the_series_next_occurrence(rig: Rig, cut: bool) -> None:
+    rig.ingest(series(rig, "s", T_MS + 500, Recurrence(interval_ms=1000)))
+    rig.tick(T + 1)
+    records = [(s.key or b"", s.value) for s in rig.changelog(0)]
+    if cut:  # the write's last batches lost: its tombstone and progress record
+        last_put = max(i for i, (key, value) in enumerate(records) if key.startswith(b"t") and value)
+        records = records[: last_put + 1]
+    rebuilt = PartitionTimers(rig.directory / "rebuilt.db")
+    try:
+        for record in records:  # one record per replay batch: the put and tombstone apart
+            rebuilt.apply([record], offset=None)
+        pending = [d.due_ms for d in rebuilt.iter_pending()]
+        # Cut, the occurrence is still there to fire again (at least once), the next armed beside it.
+        assert pending == ([T_MS + 500, T_MS + 1500] if cut else [T_MS + 1500])
+        assert rebuilt.due_of("s") == T_MS + 1500  # a cancel by id finds the series
+    finally:
+        rebuilt.close()
 
 
 def test_a_crash_before_the_write_repeats_the_occurrence_and_arms_the_next_once(rig: Rig) -> None:
