@@ -230,8 +230,7 @@ class PreciseMode:
                 done = [sent[i] for i in outcome.done if sent[i][0].key not in window.removed]
                 # A series' next occurrence, in the same write and before the tombstone.
                 armed = arm_next(ctx, done, {partition: part})
-                for callback, _ in done:
-                    part.records.append((callback.key, None))
+                part.fired.extend(callback.key for callback, _ in done)
                 part.pending_delta -= len(done)
                 # Transient failures stay in the table: the next tick's scan retries them.
                 await commit(ctx, {partition: part})

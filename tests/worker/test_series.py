@@ -62,13 +62,16 @@ def test_the_next_occurrence_is_armed_in_the_write_that_removes_the_current_one(
     rig.ingest(series(rig, "s", T_MS + 500, Recurrence(interval_ms=60_000)))
     written = len(rig.changelog())
     rig.tick(T + 1)
-    fire_write = [s for s in rig.changelog()[written:] if s.key and s.key.startswith(b"t")]
-    assert [(s.key, s.value is None) for s in fire_write] == [
-        (table_key(T_MS + 60_500, "s"), False),  # the next occurrence first: a cut write keeps it
-        (table_key(T_MS + 500, "s"), True),
-    ]
-    assert fire_write[0].flush_no == fire_write[1].flush_no
-    stored = StoredTimer.FromString(fire_write[0].value or b"")
+    fire_write = rig.changelog()[written:]
+    put = next(s for s in fire_write if (s.key or b"").startswith(b"t"))
+    deleted = [(key, record) for key, record in rig.deletions() if record in fire_write]
+    assert put.key == table_key(T_MS + 60_500, "s")
+    assert [key for key, _ in deleted] == [table_key(T_MS + 500, "s")]
+    deleting = deleted[0][1]
+    # The next occurrence first (a cut write keeps it), in the same flush as the deletion.
+    assert fire_write.index(put) < fire_write.index(deleting)
+    assert put.flush_no == deleting.flush_no
+    stored = StoredTimer.FromString(put.value or b"")
     assert (stored.future.recurrence.ordinal, stored.future.recurrence.first_due_ms) == (2, T_MS + 500)
     assert stored.source_offset == 0  # the request that started the series
     assert rig.table(0).due_of("s") == T_MS + 60_500
