@@ -147,10 +147,10 @@ def _log_order(requests: DataFrame, topics: int) -> tuple[DataFrame, tuple[str, 
 
 
 def classify(requests: DataFrame, events: DataFrame, topics: int = 1) -> DataFrame:
-    """Every request row with its ``status`` (module doc) and ``next_kind``; for a series,
-    ``running``, ``occurrences`` (the (due_ms, ordinal) of those that fired; ordinal null for
-    the request's own) and, while it runs, ``due_ms`` and ``ordinal`` of its latest armed
-    occurrence (``request_due_ms``: the request's due time; ``ordinal`` null when no series ran on).
+    """Every request row with its ``status`` (module doc) and ``next_kind``; for a series that
+    went on, ``running``, ``occurrences`` (the (due_ms, ordinal) of those that fired; ordinal
+    null for the request's own) and, while it runs, the ``due_ms`` and ``ordinal`` of its latest
+    armed occurrence (``ordinal`` is null on every other row).
 
     ``topics``: how many request topics the rows come from (`timer-request`
     and the extra ingress topics).
@@ -200,7 +200,6 @@ def classify(requests: DataFrame, events: DataFrame, topics: int = 1) -> DataFra
         .withColumn("latest", F.when(F.col("running"), latest))
         .withColumn("status", status)
         .withColumn("occurrences", F.when(is_series, fired))
-        .withColumn("request_due_ms", F.col("due_ms"))
         .withColumn("due_ms", F.coalesce(F.col("latest.due_ms"), F.col("due_ms")))
         .withColumn("ordinal", F.col("latest.ordinal"))
         .drop(*dropped)
