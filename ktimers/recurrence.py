@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
-from ktimers.timers_pb2 import Future, Recurrence, StoredTimer
+from ktimers.wire import H_OCCURRENCE, Future, Recurrence, occurrence_headers, ordinal_of
 
 __all__ = [
     "H_OCCURRENCE",
@@ -36,14 +36,12 @@ __all__ = [
     "RecurrenceError",
     "Series",
     "next_occurrence",
+    "occurrence",
     "occurrence_headers",
     "ordinal_of",
     "series_of",
     "zone_of",
 ]
-
-#: Callback header of a recurring timer's occurrence: its ordinal (1 for the first), decimal.
-H_OCCURRENCE = "kt-occurrence"
 
 #: Shortest interval between occurrences (ms): the worker's resolution is a second.
 MIN_INTERVAL_MS = 1000
@@ -337,11 +335,6 @@ def series_of(recurrence: Recurrence, due_ms: int) -> Series:
     return Series(cron, zone, interval, until, recurrence.max_count)
 
 
-def ordinal_of(recurrence: Recurrence) -> int:
-    """The ordinal of the occurrence a recurrence's timer holds (1 for the first)."""
-    return max(recurrence.ordinal, 1)
-
-
 def next_occurrence(future: Future, floor_ms: int) -> Future | None:
     """The next occurrence of the recurring timer ``future`` (whose current occurrence just
     fired), or None when its series is over (``until_ms``, ``max_count``, an invalid one).
@@ -363,22 +356,16 @@ def next_occurrence(future: Future, floor_ms: int) -> Future | None:
     due = series.next_after(due_ms, max(due_ms, floor_ms))
     if due is None:
         return None
+    return occurrence(future, due, ordinal + 1)
+
+
+def occurrence(future: Future, due_ms: int, ordinal: int) -> Future:
+    """Occurrence ``ordinal`` of the series whose occurrence ``future`` is, due at ``due_ms``
+    (epoch ms): ``future`` with that due time and ordinal, and its series' first due time
+    filled in."""
     following = Future()
     following.CopyFrom(future)
-    following.due_ms = due
-    following.recurrence.ordinal = ordinal + 1
-    following.recurrence.first_due_ms = recurrence.first_due_ms or due_ms
+    following.due_ms = due_ms
+    following.recurrence.ordinal = ordinal
+    following.recurrence.first_due_ms = future.recurrence.first_due_ms or future.due_ms
     return following
-
-
-def occurrence_headers(
-    timer: StoredTimer, own: tuple[tuple[str, bytes | None], ...]
-) -> tuple[int, tuple[tuple[str, bytes | None], ...]]:
-    """A callback's ordinal (0 when ``timer`` is no series) and its headers before ``kt-id``:
-    ``own`` (the user's), then ``kt-occurrence`` for an occurrence of a series — after every
-    user header, so a reader taking a header's last value cannot be fooled by one."""
-    future = timer.future
-    if not future.HasField("recurrence"):
-        return 0, own
-    ordinal = ordinal_of(future.recurrence)
-    return ordinal, (*own, (H_OCCURRENCE, str(ordinal).encode()))
