@@ -23,9 +23,9 @@ from collections.abc import Iterable
 from futures.worker.changelog import Changes, commit
 from futures.worker.context import EngineContext
 
-#: Fired timers a step tombstones at most: about as many as a firing's piece, whose write costs
-#: about the same broker round trips (~2 µs a timer to check, produce and confirm, beside them).
-STEP_KEYS = 20_000
+#: Fired timers a step tombstones at most (~2 µs each to check, produce and confirm, beside the
+#: write's broker round trips): a tick that comes during a step waits ~10-20 ms for the lock.
+STEP_KEYS = 5000
 
 
 class Sweep:
