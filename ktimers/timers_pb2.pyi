@@ -27,24 +27,6 @@ class Future(_message.Message):
     recurrence: Recurrence
     def __init__(self, callBackTopic: _Optional[str] = ..., callBackKey: _Optional[str] = ..., callBack: _Optional[bytes] = ..., id: _Optional[str] = ..., due_ms: _Optional[int] = ..., token: _Optional[str] = ..., headers: _Optional[_Iterable[_Union[Header, _Mapping]]] = ..., recurrence: _Optional[_Union[Recurrence, _Mapping]] = ...) -> None: ...
 
-class Recurrence(_message.Message):
-    __slots__ = ("cron", "time_zone", "interval_ms", "until_ms", "max_count", "ordinal", "first_due_ms")
-    CRON_FIELD_NUMBER: _ClassVar[int]
-    TIME_ZONE_FIELD_NUMBER: _ClassVar[int]
-    INTERVAL_MS_FIELD_NUMBER: _ClassVar[int]
-    UNTIL_MS_FIELD_NUMBER: _ClassVar[int]
-    MAX_COUNT_FIELD_NUMBER: _ClassVar[int]
-    ORDINAL_FIELD_NUMBER: _ClassVar[int]
-    FIRST_DUE_MS_FIELD_NUMBER: _ClassVar[int]
-    cron: str
-    time_zone: str
-    interval_ms: int
-    until_ms: int
-    max_count: int
-    ordinal: int
-    first_due_ms: int
-    def __init__(self, cron: _Optional[str] = ..., time_zone: _Optional[str] = ..., interval_ms: _Optional[int] = ..., until_ms: _Optional[int] = ..., max_count: _Optional[int] = ..., ordinal: _Optional[int] = ..., first_due_ms: _Optional[int] = ...) -> None: ...
-
 class Header(_message.Message):
     __slots__ = ("key", "value")
     KEY_FIELD_NUMBER: _ClassVar[int]
@@ -144,3 +126,21 @@ class FiredTimers(_message.Message):
     at_ms: int
     partition: int
     def __init__(self, id: _Optional[_Iterable[str]] = ..., due_ms: _Optional[_Iterable[int]] = ..., source_offset: _Optional[_Iterable[int]] = ..., at_ms: _Optional[int] = ..., partition: _Optional[int] = ...) -> None: ...
+
+class Recurrence(_message.Message):
+    __slots__ = ("cron", "time_zone", "interval_ms", "until_ms", "max_count", "ordinal", "first_due_ms")
+    CRON_FIELD_NUMBER: _ClassVar[int]
+    TIME_ZONE_FIELD_NUMBER: _ClassVar[int]
+    INTERVAL_MS_FIELD_NUMBER: _ClassVar[int]
+    UNTIL_MS_FIELD_NUMBER: _ClassVar[int]
+    MAX_COUNT_FIELD_NUMBER: _ClassVar[int]
+    ORDINAL_FIELD_NUMBER: _ClassVar[int]
+    FIRST_DUE_MS_FIELD_NUMBER: _ClassVar[int]
+    cron: str
+    time_zone: str
+    interval_ms: int
+    until_ms: int
+    max_count: int
+    ordinal: int
+    first_due_ms: int
+    def __init__(self, cron: _Optional[str] = ..., time_zone: _Optional[str] = ..., interval_ms: _Optional[int] = ..., until_ms: _Optional[int] = ..., max_count: _Optional[int] = ..., ordinal: _Optional[int] = ..., first_due_ms: _Optional[int] = ...) -> None: ...
