@@ -226,7 +226,11 @@ class PartitionTimers:
 
     def due_of(self, timer_id: str) -> int | None:
         """Due time (epoch ms) of the pending timer with this id, if any."""
-        raw = self._db.get(INDEX_PREFIX + timer_id.encode())
+        return self.due_of_id(timer_id.encode())
+
+    def due_of_id(self, timer_id: bytes) -> int | None:
+        """:meth:`due_of` by the id's UTF-8 bytes (ingest has them already)."""
+        raw = self._db.get(INDEX_PREFIX + timer_id)
         return None if raw is None else int(_U64.unpack(raw)[0])
 
     def get(self, due_ms: int, timer_id: str) -> bytes | None:

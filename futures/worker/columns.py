@@ -1,0 +1,134 @@
+"""Native request records decoded into columns: a ``FutureBatch``'s timers without an object each.
+
+The general parser (:mod:`futures.ingress.native`) turns every timer into a
+``StoredTimer`` message and a ``Schedule``, and the engine serialises it again:
+about half of what a timer cost at ingest. :func:`decode` reads a native record
+that holds only valid timers — a ``Future`` or a ``FutureBatch`` — straight into
+columns (ids, due times, callback topics, ``StoredTimer`` bytes) for
+:class:`~futures.worker.ingest.Ingest` to stage. Anything else — a cancel, framed
+records, a seed-format ``Future`` without ``due_ms``, a timer the checks refuse —
+returns None, and the record takes the general parser, which decides what it
+means and writes the dead letters: this module never rejects.
+
+The checks are the general parser's (:meth:`ParseContext.timer_problem`), made once
+per record and callback topic: each check is monotone in the id's length and in the
+due time, so a record's timers all pass exactly when its longest id, earliest and
+latest due times pass with each of its callback topics.
+
+Protobuf fields concatenate: a ``StoredTimer``'s bytes are its field 1 (the
+normalised ``Future``, length-delimited) followed by its other fields, which are the
+same for every timer of a record. So each timer's stored bytes are one serialise of
+its ``Future`` and a concatenation, equal to ``StoredTimer.SerializeToString()``
+(tests/worker/test_columns.py).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from google.protobuf.message import DecodeError
+
+from futures.ingress.base import TABLE_KEY_OVERHEAD, ParseContext
+from futures.ingress.framing import MAGIC_BYTE
+from futures.ingress.records import SourceRecord
+from ktimers.wire import KIND_BATCH, KIND_FUTURE, KIND_HEADER, Future, FutureBatch, StoredTimer
+
+#: The tag of ``StoredTimer.future`` (field 1, length-delimited).
+_FUTURE_TAG = b"\n"
+
+
+@dataclass(frozen=True, slots=True)
+class Timers:
+    """The valid timers of one request record, column by column (the i-th timer is ``ids[i]``, ...)."""
+
+    record: SourceRecord
+    ids: list[str]
+    #: The ids UTF-8 encoded (what table keys hold).
+    id_bytes: list[bytes]
+    due_ms: list[int]  # epoch ms
+    callback_topics: list[str]
+    #: ``StoredTimer`` bytes: what the table holds for each timer.
+    stored: list[bytes]
+
+
+def decode(record: SourceRecord, context: ParseContext) -> Timers | None:
+    """The timers of native ``record`` as columns if every one of them is valid; None otherwise
+    (the general parser then decides: see the module docstring)."""
+    value = record.value
+    if not value or value[0] == MAGIC_BYTE:
+        return None
+    kind = None
+    for name, header in record.headers:
+        if name == KIND_HEADER:
+            kind = header  # the last one counts (ktimers.wire.header_value)
+    try:
+        if kind is None or kind == KIND_FUTURE:
+            futures = [Future.FromString(value)]
+            single = True
+        elif kind == KIND_BATCH:
+            futures = list(FutureBatch.FromString(value).futures)
+            single = False
+        else:
+            return None
+    except DecodeError:
+        return None
+    if not futures:
+        return None
+    tail = StoredTimer(
+        source_partition=record.partition,
+        source_offset=record.offset,
+        accepted_ms=context.now_ms,
+        source_topic=record.topic,
+    ).SerializeToString()
+    ids: list[str] = []
+    id_bytes: list[bytes] = []
+    dues: list[int] = []
+    topics: list[str] = []
+    stored: list[bytes] = []
+    longest = 0
+    largest = 0  # stored bytes and id bytes, of the largest timer
+    for index, future in enumerate(futures):
+        timer_id = future.id
+        if not timer_id:
+            timer_id = future.id = context.derived_id(record, None if single else index)
+        if not future.HasField("due_ms"):
+            return None  # the seed format (due second in the key), or a batch's refusal
+        encoded = timer_id.encode()
+        size = len(encoded)
+        if size > longest:
+            longest = size
+        body = future.SerializeToString()
+        n = len(body)
+        # The length of field 1 as a varint: one byte below 128, two below 16384.
+        if n < 0x80:
+            timer = _FUTURE_TAG + bytes((n,)) + body + tail
+        elif n < 0x4000:
+            timer = _FUTURE_TAG + bytes(((n & 0x7F) | 0x80, n >> 7)) + body + tail
+        else:
+            timer = _FUTURE_TAG + _varint(n) + body + tail
+        size += len(timer)
+        if size > largest:
+            largest = size
+        ids.append(timer_id)
+        id_bytes.append(encoded)
+        dues.append(future.due_ms)
+        topics.append(future.callBackTopic)
+        stored.append(timer)
+    if largest + TABLE_KEY_OVERHEAD > context.limits.max_payload_bytes:
+        return None
+    earliest, latest = min(dues), max(dues)
+    for topic in set(topics):
+        if context.timer_problem(longest, earliest, topic, record.topic) is not None:
+            return None
+        if latest != earliest and context.timer_problem(longest, latest, topic, record.topic) is not None:
+            return None
+    return Timers(record, ids, id_bytes, dues, topics, stored)
+
+
+def _varint(n: int) -> bytes:
+    out = bytearray()
+    while n >= 0x80:
+        out.append((n & 0x7F) | 0x80)
+        n >>= 7
+    out.append(n)
+    return bytes(out)
