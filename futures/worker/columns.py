@@ -24,7 +24,8 @@ its ``Future`` and a concatenation, equal to ``StoredTimer.SerializeToString()``
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Iterable
+from typing import NamedTuple
 
 from google.protobuf.message import DecodeError
 
@@ -37,8 +38,7 @@ from ktimers.wire import KIND_BATCH, KIND_FUTURE, KIND_HEADER, Future, FutureBat
 _FUTURE_TAG = b"\n"
 
 
-@dataclass(frozen=True, slots=True)
-class Timers:
+class Timers(NamedTuple):
     """The valid timers of one request record, column by column (the i-th timer is ``ids[i]``, ...)."""
 
     record: SourceRecord
@@ -51,78 +51,114 @@ class Timers:
     stored: list[bytes]
 
 
-def decode(record: SourceRecord, context: ParseContext) -> Timers | None:
-    """The timers of native ``record`` as columns if every one of them is valid; None otherwise
-    (the general parser then decides: see the module docstring)."""
-    value = record.value
-    if not value or value[0] == MAGIC_BYTE:
-        return None
-    kind = None
-    for name, header in record.headers:
-        if name == KIND_HEADER:
-            kind = header  # the last one counts (ktimers.wire.header_value)
-    try:
-        if kind is None or kind == KIND_FUTURE:
-            futures = [Future.FromString(value)]
-            single = True
-        elif kind == KIND_BATCH:
-            futures = list(FutureBatch.FromString(value).futures)
-            single = False
-        else:
+class Decoder:
+    """Decodes the records of one batch (:func:`decode`), with what they share computed once."""
+
+    def __init__(self, context: ParseContext) -> None:
+        self._context = context
+        #: Largest stored timer and id together (bytes): what fits ``TIMERS_MAX_PAYLOAD_BYTES``.
+        self._room = context.limits.max_payload_bytes - TABLE_KEY_OVERHEAD
+        #: (topic, partition) → the StoredTimer fields before and after ``source_offset``.
+        self._tails: dict[tuple[str, int], tuple[bytes, bytes]] = {}
+
+    def _tail(self, record: SourceRecord) -> bytes:
+        """A StoredTimer's fields but its ``future``, for the timers of ``record``."""
+        parts = self._tails.get((record.topic, record.partition))
+        if parts is None:
+            before = StoredTimer(source_partition=record.partition).SerializeToString()
+            after = StoredTimer(
+                accepted_ms=self._context.now_ms, source_topic=record.topic
+            ).SerializeToString()
+            parts = self._tails[record.topic, record.partition] = (before, after)
+        return parts[0] + StoredTimer(source_offset=record.offset).SerializeToString() + parts[1]
+
+    def decode(self, record: SourceRecord) -> Timers | None:
+        """The timers of native ``record`` as columns if every one of them is valid; None otherwise
+        (the general parser then decides: see the module docstring)."""
+        value = record.value
+        if not value or value[0] == MAGIC_BYTE:
             return None
-    except DecodeError:
+        kind = None
+        for name, header in record.headers:
+            if name == KIND_HEADER:
+                kind = header  # the last one counts (ktimers.wire.header_value)
+        try:
+            if kind is None or kind == KIND_FUTURE:
+                return self._single(record, Future.FromString(value))
+            if kind == KIND_BATCH:
+                return self._batch(record, FutureBatch.FromString(value).futures)
+        except DecodeError:
+            pass
         return None
-    if not futures:
-        return None
-    tail = StoredTimer(
-        source_partition=record.partition,
-        source_offset=record.offset,
-        accepted_ms=context.now_ms,
-        source_topic=record.topic,
-    ).SerializeToString()
-    ids: list[str] = []
-    id_bytes: list[bytes] = []
-    dues: list[int] = []
-    topics: list[str] = []
-    stored: list[bytes] = []
-    longest = 0
-    largest = 0  # stored bytes and id bytes, of the largest timer
-    for index, future in enumerate(futures):
+
+    def _single(self, record: SourceRecord, future: Future) -> Timers | None:
         timer_id = future.id
         if not timer_id:
-            timer_id = future.id = context.derived_id(record, None if single else index)
+            timer_id = future.id = self._context.derived_id(record)
         if not future.HasField("due_ms"):
-            return None  # the seed format (due second in the key), or a batch's refusal
+            return None  # the seed format: the due second is in the key
         encoded = timer_id.encode()
-        size = len(encoded)
-        if size > longest:
-            longest = size
-        body = future.SerializeToString()
-        n = len(body)
-        # The length of field 1 as a varint: one byte below 128, two below 16384.
-        if n < 0x80:
-            timer = _FUTURE_TAG + bytes((n,)) + body + tail
-        elif n < 0x4000:
-            timer = _FUTURE_TAG + bytes(((n & 0x7F) | 0x80, n >> 7)) + body + tail
-        else:
-            timer = _FUTURE_TAG + _varint(n) + body + tail
-        size += len(timer)
-        if size > largest:
-            largest = size
-        ids.append(timer_id)
-        id_bytes.append(encoded)
-        dues.append(future.due_ms)
-        topics.append(future.callBackTopic)
-        stored.append(timer)
-    if largest + TABLE_KEY_OVERHEAD > context.limits.max_payload_bytes:
-        return None
-    earliest, latest = min(dues), max(dues)
-    for topic in set(topics):
-        if context.timer_problem(longest, earliest, topic, record.topic) is not None:
+        stored = _stored(future.SerializeToString(), self._tail(record))
+        due_ms, topic = future.due_ms, future.callBackTopic
+        if len(stored) + len(encoded) > self._room:
             return None
-        if latest != earliest and context.timer_problem(longest, latest, topic, record.topic) is not None:
+        if self._context.timer_problem(len(encoded), due_ms, topic, record.topic) is not None:
             return None
-    return Timers(record, ids, id_bytes, dues, topics, stored)
+        return Timers(record, [timer_id], [encoded], [due_ms], [topic], [stored])
+
+    def _batch(self, record: SourceRecord, futures: Iterable[Future]) -> Timers | None:
+        context = self._context
+        tail = self._tail(record)
+        ids: list[str] = []
+        id_bytes: list[bytes] = []
+        dues: list[int] = []
+        topics: list[str] = []
+        stored: list[bytes] = []
+        longest = 0
+        largest = 0  # stored bytes and id bytes, of the largest timer
+        for index, future in enumerate(futures):
+            timer_id = future.id
+            if not timer_id:
+                timer_id = future.id = context.derived_id(record, index)
+            if not future.HasField("due_ms"):
+                return None  # refused in a batch: every timer says when
+            encoded = timer_id.encode()
+            size = len(encoded)
+            if size > longest:
+                longest = size
+            timer = _stored(future.SerializeToString(), tail)
+            size += len(timer)
+            if size > largest:
+                largest = size
+            ids.append(timer_id)
+            id_bytes.append(encoded)
+            dues.append(future.due_ms)
+            topics.append(future.callBackTopic)
+            stored.append(timer)
+        if not ids or largest > self._room:
+            return None
+        earliest, latest = min(dues), max(dues)
+        for topic in set(topics):
+            if context.timer_problem(longest, earliest, topic, record.topic) is not None:
+                return None
+            if latest != earliest and context.timer_problem(longest, latest, topic, record.topic) is not None:
+                return None
+        return Timers(record, ids, id_bytes, dues, topics, stored)
+
+
+def decode(record: SourceRecord, context: ParseContext) -> Timers | None:
+    """:meth:`Decoder.decode` of one record (a batch's records share a :class:`Decoder`)."""
+    return Decoder(context).decode(record)
+
+
+def _stored(future: bytes, tail: bytes) -> bytes:
+    """A StoredTimer's bytes: its ``future`` field (tag, length as a varint, the Future) and the rest."""
+    n = len(future)
+    if n < 0x80:
+        return _FUTURE_TAG + bytes((n,)) + future + tail
+    if n < 0x4000:
+        return _FUTURE_TAG + bytes(((n & 0x7F) | 0x80, n >> 7)) + future + tail
+    return _FUTURE_TAG + _varint(n) + future + tail
 
 
 def _varint(n: int) -> bytes:

@@ -26,7 +26,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from futures.ingress.records import SourceRecord
 from futures.ingress.requests import CancelRequest, Request, RequestParser, Schedule
 from futures.worker.changelog import Changes, commit
-from futures.worker.columns import Timers, decode
+from futures.worker.columns import Decoder, Timers
 from futures.worker.config import LatePolicy
 from futures.worker.context import EngineContext
 from futures.worker.gaps import GapReader
@@ -67,7 +67,7 @@ class Ingest:
             records = self.owned(records)
             now = self._ctx.clock()
             parser = RequestParser(self._ctx.config.parse_limits, now)
-            context = parser.context
+            decode = Decoder(parser.context).decode
             topics = self._ctx.config.parse_limits.topics
             native = {t for t in {r.topic for r in records} if topics.format_of(t) is IngressFormat.NATIVE}
             changes: dict[int, Changes] = defaultdict(Changes)
@@ -102,7 +102,7 @@ class Ingest:
                     part.request_offset = record.offset
                 else:
                     part.topic_offsets[record.topic] = record.offset
-                timers = decode(record, context) if record.topic in native else None
+                timers = decode(record) if record.topic in native else None
                 if timers is not None:
                     # The common case, a record of valid timers: staged column by column.
                     staged = await self._schedule(timers, part, now, table, staged)
