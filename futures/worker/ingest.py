@@ -151,7 +151,8 @@ class Ingest:
     async def _apply_staged(self, changes: dict[int, Changes]) -> None:
         """Write an ingest step to the changelog and the tables, then fire the timers it
         accepted already due, as a tick fires (they are in the table by then)."""
-        await commit(self._ctx, changes)
+        # The step waits for its records alone: a linger would be time it holds the requests.
+        await commit(self._ctx, changes, send_now=True)
         late = {p: self._ctx.tables(p).watermark for p, part in changes.items() if part.late}
         if late:
             await self._fire(late)
