@@ -215,13 +215,15 @@ class Ingest:
         ctx, windows = self._ctx, self._windows
         scheduled = ctx.dispatch.scheduled
         overlay, records = part.overlay, part.records
-        due_of = table.due_of_id
         late_ms = table.watermark * 1000 if table.watermark >= 0 else -1
         ids, id_bytes, dues, topics = timers.ids, timers.id_bytes, timers.due_ms, timers.callback_topics
+        # Each id's version in the table, looked up together: the table changes only when the
+        # step is written; versions staged earlier in the step are in the overlay.
+        in_table = table.dues_of_ids(id_bytes) if len(id_bytes) > 1 else [table.due_of_id(id_bytes[0])]
         for i, stored in enumerate(timers.stored):
             timer_id, due_ms = ids[i], dues[i]
             encoded = id_bytes[i]
-            old_due = overlay[timer_id] if timer_id in overlay else due_of(encoded)
+            old_due = overlay[timer_id] if timer_id in overlay else in_table[i]
             new_key = TIMER_PREFIX + _DUE.pack(due_ms) + encoded
             if old_due is not None:
                 old_key = TIMER_PREFIX + _DUE.pack(old_due) + encoded
