@@ -56,7 +56,7 @@ redis: ## install Debian's redis-server (the benchmarks' Redis baseline) if it i
 		SUDO=$$(test "$$(id -u)" = 0 || echo sudo); \
 		$$SUDO apt-get update -qq && $$SUDO apt-get install -y -qq redis-server; }
 
-bench: $(STAMP) redis ## measure 3 times (~20 min): docs/bench/results.json, BENCHMARKS.md, *.png; any Kafka: KAFKA_BOOTSTRAP_SERVERS
+bench: $(STAMP) redis ## measure 3 times (~25 min): docs/bench/results.json, BENCHMARKS.md, *.png; any Kafka: KAFKA_BOOTSTRAP_SERVERS
 	$(BIN)/python -m bench --profile quick --repeat 3
 
 bench-full: $(STAMP) redis ## the large sizes: a 1 M-timer hot second, 10 M pending timers (long)

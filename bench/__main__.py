@@ -1,4 +1,5 @@
-"""``python -m bench [--profile smoke|quick|full] [--repeat N]``: measure, then render docs/BENCHMARKS.md."""
+"""``python -m bench [--profile smoke|quick|full] [--repeat N] [--only PHASE,...]``: measure, then render
+docs/BENCHMARKS.md."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ from pathlib import Path
 
 from bench.cluster import REPO
 from bench.profiles import PROFILES
-from bench.run import run
+from bench.run import PHASES, run
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -23,8 +24,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--out",
         type=Path,
-        default=REPO / "docs",
-        help="docs directory: bench/results.json, bench/*.png and BENCHMARKS.md (default: docs)",
+        default=None,
+        help="docs directory: bench/results.json, bench/*.png and BENCHMARKS.md (default: docs; with "
+        "--only, the work directory, so that a partial run never replaces the full report)",
+    )
+    parser.add_argument(
+        "--only",
+        default=",".join(PHASES),
+        help=f"comma-separated phases to run, in this order: {', '.join(PHASES)} (default: all)",
     )
     parser.add_argument(
         "--repeat",
@@ -38,11 +45,18 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.repeat < 1:
         parser.error("--repeat must be at least 1")
+    only = [phase.strip() for phase in args.only.split(",") if phase.strip()]
+    unknown = sorted(set(only) - set(PHASES))
+    if unknown or not only:
+        parser.error(
+            f"--only: unknown phase {', '.join(unknown) or '(none given)'}; pick from {', '.join(PHASES)}"
+        )
     work = args.work or REPO / "run" / f"bench-{time.strftime('%Y%m%d-%H%M%S')}"
+    out = args.out or (REPO / "docs" if set(only) == set(PHASES) else work)
     command = "python -m bench " + " ".join(
         shlex.quote(a) for a in (argv if argv is not None else sys.argv[1:])
     )
-    runs, pages = run(PROFILES[args.profile], args.out, work, command.strip(), args.repeat)
+    runs, pages = run(PROFILES[args.profile], out, work, command.strip(), args.repeat, only)
     minutes = sum(r.duration_s for r in runs) / 60
     print(f"written: {', '.join(map(str, pages))} ({minutes:.1f} min); logs and raw data: {work}", flush=True)
     errors = sum(len(r.errors) for r in runs)

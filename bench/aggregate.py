@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from bench.results import Fire, Results
+from bench.results import Fire, Results, SustainedStep
 
 Getter = Callable[[Results], float | None]
 Format = Callable[[float], str]
@@ -63,6 +63,29 @@ def of_fire(system: str, workload: str, read: Callable[[Fire], float]) -> Getter
     def get(r: Results) -> float | None:
         fire = r.fire(system, workload)
         return read(fire) if fire is not None else None
+
+    return get
+
+
+def of_held(system: str, read: Callable[[SustainedStep], float]) -> Getter:
+    """A getter reading one figure of the highest rate ``system`` sustained (None where none was held)."""
+
+    def get(r: Results) -> float | None:
+        found = r.sustained_of(system)
+        held = found.held if found is not None else None
+        return read(held) if held is not None else None
+
+    return get
+
+
+def held_rate(system: str) -> Getter:
+    """The highest rate ``system`` sustained: 0 where it held none, None where it was not measured."""
+
+    def get(r: Results) -> float | None:
+        found = r.sustained_of(system)
+        if found is None:
+            return None
+        return float(found.held.rate) if found.held is not None else 0.0
 
     return get
 

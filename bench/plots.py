@@ -116,4 +116,5 @@ def draw(runs: Runs, directory: Path) -> None:
     if runs[0].fires:
         plot_lateness(runs[0], directory / "lateness.png")
         plot_fire_rate(runs[0], directory / "fire-rate.png")
-    plot_hot_second(runs, directory / HOT_PLOT)
+    if any(r.fires for r in runs):
+        plot_hot_second(runs, directory / HOT_PLOT)

@@ -29,6 +29,12 @@ class Profile:
     steady_lead_s: float
     #: Steady rates measured again with the worker in precise mode (``TIMERS_PRECISE=1``).
     precise_rates: tuple[int, ...]
+    #: The sustained rate (``bench.sustained``): steady workloads (requests ``steady_lead_s``
+    #: ahead) held ``sustained_hold_s`` each, from ``sustained_start`` timers per second up,
+    #: at most ``sustained_steps`` rates per system.
+    sustained_start: int
+    sustained_hold_s: float
+    sustained_steps: int
     #: Pending timers for the capacity measurement, and how many of them are due in
     #: one hot second at the end (fire throughput at that size).
     capacity_pending: int
@@ -56,6 +62,9 @@ SMOKE = Profile(
     steady_duration_s=1.0,
     steady_lead_s=1.5,
     precise_rates=(300,),
+    sustained_start=200,
+    sustained_hold_s=2.0,
+    sustained_steps=2,
     capacity_pending=2_000,
     capacity_hot=200,
     single_load_budget_s=5.0,
@@ -76,6 +85,9 @@ QUICK = Profile(
     steady_duration_s=12.0,
     steady_lead_s=5.0,
     precise_rates=(10_000,),
+    sustained_start=10_000,
+    sustained_hold_s=15.0,
+    sustained_steps=4,
     capacity_pending=1_000_000,
     capacity_hot=100_000,
     single_load_budget_s=30.0,
@@ -96,6 +108,9 @@ FULL = Profile(
     steady_duration_s=60.0,
     steady_lead_s=5.0,
     precise_rates=(1_000, 10_000),
+    sustained_start=10_000,
+    sustained_hold_s=60.0,
+    sustained_steps=7,
     capacity_pending=10_000_000,
     capacity_hot=1_000_000,
     single_load_budget_s=300.0,

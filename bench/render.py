@@ -18,10 +18,11 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from bench.aggregate import Getter, Spread, of_fire, percent, rate, ratio, spread
+from bench.aggregate import Getter, Spread, held_rate, of_fire, of_held, percent, rate, ratio, spread
 from bench.aggregate import ms as _ms
 from bench.results import (
     OURS,
+    REDIS,
     REDIS_SYSTEMS,
     Capacity,
     CapacityRun,
@@ -33,6 +34,7 @@ from bench.results import (
     JobsRun,
     ProfileSummary,
     Results,
+    Sustained,
     build,
     first_fire,
     load_runs,
@@ -176,6 +178,52 @@ def precise_table(runs: Runs) -> list[str]:
     return rows if len(rows) > 2 else []
 
 
+def _tried(found: Sustained) -> str:
+    return ", ".join(f"{s.rate:,} {'✗' if s.failed else '✓'}" for s in found.steps)
+
+
+#: A sustained-rate search whose steps ran out before a rate above the one held failed.
+NONE_FAILED = "none failed before the steps ran out: the rate held is a lower bound"
+
+
+def sustained_table(runs: Runs) -> list[str]:
+    """The highest steady rate each system held, the first it did not and why, and the rates tried."""
+    systems = sorted(dict.fromkeys(s.system for r in runs for s in r.sustained), key=_system_rank)
+    if not systems:
+        return []
+    first = next(s for r in runs for s in r.sustained)
+    rows = [
+        f"Each rate held for {first.hold_s:g} s, requests sent {runs[0].steady_lead_s:g} s before their "
+        f"due time; a rate is held when every callback came back, none early, with p99 at the receiver "
+        f"≤ {first.p99_limit_ms:,.0f} ms and no backlog growing (see *How it is measured*).",
+        "",
+        "| system | highest rate held | p50 ms at it | p99 ms at it | lowest rate not held: why "
+        "| rates tried (✓ held, ✗ not) |",
+        "|---|---|---|---|---|---|",
+    ]
+    prefix = (lambda i: f"run {i + 1}: ") if len(runs) > 1 else (lambda i: "")
+    for system in systems:
+        held = spread(runs, held_rate(system))
+        cells = [
+            held.show(rate) if held.known and held.hi else "none",
+            spread(runs, of_held(system, lambda s: s.fire.lateness.p50_ms)).show(_ms),
+            spread(runs, of_held(system, lambda s: s.fire.lateness.p99_ms)).show(_ms),
+        ]
+        why, tried = [], []
+        for i, r in enumerate(runs):
+            found = r.sustained_of(system)
+            if found is None:
+                continue
+            failed = found.not_held
+            why.append(prefix(i) + (f"{failed.rate:,}/s: {failed.failed}" if failed else NONE_FAILED))
+            tried.append(prefix(i) + _tried(found))
+        rows.append(f"| {system} | {' | '.join(cells)} | {'; '.join(why)} | {'; '.join(tried)} |")
+    share = spread(runs, ratio(held_rate(OURS), held_rate(REDIS)))
+    if share.known:
+        rows += ["", f"{OURS} held **{share.show(percent)}** of the rate {REDIS} held (same run)."]
+    return rows
+
+
 def capacity_table(runs: Runs) -> list[str]:
     rows = [
         "| system | pending | memory before → peak → after | memory per pending timer | disk | "
@@ -250,11 +298,17 @@ def sizes_line(r: Results) -> str:
     if not s:
         return ""
     steady = ", ".join(f"{rate:,}/s" for rate in s.get("steady_rates", ()))  # type: ignore[attr-defined]
+    sustained = (
+        f"; sustained rate from {s['sustained_start']:,}/s, each held {s['sustained_hold_s']:g} s, at most "
+        f"{s['sustained_steps']} rates per system"
+        if "sustained_start" in s
+        else ""
+    )
     return (
         f"Sizes of profile {r.profile}: hot second {s['hot_timers']:,} timers; spread {s['spread_timers']:,} "
         f"over {s['spread_window_s']:g} s; steady {steady} for {s['steady_duration_s']:g} s each, requests "
-        f"sent {s['steady_lead_s']:g} s ahead; capacity {s['capacity_pending']:,} pending (the sizes "
-        "actually reached are in the tables)."
+        f"sent {s['steady_lead_s']:g} s ahead; capacity {s['capacity_pending']:,} pending{sustained} (the "
+        "sizes actually reached are in the tables)."
     )
 
 
@@ -263,7 +317,8 @@ def _notes(runs: Runs) -> list[str]:
     for index, r in enumerate(runs):
         prefix = f"run {index + 1}: " if len(runs) > 1 else ""
         found = list(r.notes)
-        for fire in r.fires:
+        fires = [*r.fires, *(step.fire for s in r.sustained for step in s.steps)]
+        for fire in fires:
             found += [f"{fire.system}, {workload_title(fire)}: {n}" for n in fire.notes]
         for cap in r.capacity:
             found += [f"{cap.system}, capacity: {n}" for n in cap.notes]
@@ -420,6 +475,7 @@ PAGES: dict[str, tuple[tuple[str, str], ...]] = {
         ("throughput", "### Throughput"),
         ("lateness", "### Lateness"),
         ("precise", "### Precise mode"),
+        ("sustained", "### Sustained rate"),
         ("capacity", "### Capacity"),
         ("capacity-growth", "### One worker from few to 10 M pending timers"),
         ("jobs", "### Spark compaction"),
@@ -445,6 +501,7 @@ def blocks(results: dict[str, Any]) -> dict[str, Block]:
             "throughput": throughput_table(runs),
             "lateness": lateness_table(runs),
             "precise": precise_table(runs) or ["Not measured."],
+            "sustained": sustained_table(runs) or ["Not measured."],
             "capacity": capacity_table(runs),
             "targets": targets_block(runs, capacity),
             "profiles": profiles_block(runs[0].profiles),

@@ -71,6 +71,43 @@ class Fire:
 
 
 @dataclass
+class SustainedStep:
+    """One rate tried by the sustained-rate search: its steady workload, and whether the rate held."""
+
+    #: Timers scheduled (and due) per second.
+    rate: int
+    fire: Fire
+    #: How much later the timers due at the end of the hold were than those due at its start
+    #: (ms, from a line through each due second's median lateness): a backlog growing shows here.
+    growth_ms: float
+    #: Why the rate was not held; empty when it was.
+    failed: str = ""
+
+
+@dataclass
+class Sustained:
+    """The highest steady schedule rate one system held, and the rates tried to find it."""
+
+    system: str
+    #: Seconds each rate was held for.
+    hold_s: float
+    #: Lateness at the receiver that a held rate stays within, at its p99 (ms).
+    p99_limit_ms: float
+    steps: list[SustainedStep] = field(default_factory=list)
+
+    @property
+    def held(self) -> SustainedStep | None:
+        """The highest rate held (None if none was)."""
+        return max((s for s in self.steps if not s.failed), key=lambda s: s.rate, default=None)
+
+    @property
+    def not_held(self) -> SustainedStep | None:
+        """The lowest rate above the one held that failed (None if none did)."""
+        floor = self.held.rate if self.held else 0
+        return min((s for s in self.steps if s.failed and s.rate > floor), key=lambda s: s.rate, default=None)
+
+
+@dataclass
 class Capacity:
     """Memory and disk with many timers pending, and fire throughput at that size."""
 
@@ -135,6 +172,7 @@ class Results:
     zadd_rates: dict[str, float] = field(default_factory=dict)
     #: Steady workloads send each request this long before its due time (seconds).
     steady_lead_s: float = 0.0
+    sustained: list[Sustained] = field(default_factory=list)
     profiles: list[ProfileSummary] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
     errors: list[str] = field(default_factory=list)
@@ -147,6 +185,9 @@ class Results:
 
     def ingest_of(self, path: str) -> Ingest | None:
         return next((i for i in self.ingest if i.path == path), None)
+
+    def sustained_of(self, system: str) -> Sustained | None:
+        return next((s for s in self.sustained if s.system == system), None)
 
 
 def plain(obj: Any) -> Any:
@@ -344,6 +385,14 @@ def load_runs(runs: list[Mapping[str, Any]]) -> list[Results]:
             cap = build(Capacity, c)
             cap.hot = _fire(c["hot"]) if c.get("hot") else None
             r.capacity.append(cap)
+        r.sustained = []
+        for data_s in data.get("sustained", []):
+            found = build(Sustained, data_s)
+            found.steps = [
+                SustainedStep(step["rate"], _fire(step["fire"]), step["growth_ms"], step.get("failed", ""))
+                for step in data_s.get("steps", [])
+            ]
+            r.sustained.append(found)
         r.profiles = [
             ProfileSummary(
                 p["phase"],

@@ -4,7 +4,9 @@ Order: the ceiling; then one service instance for ingest (single, the Faust floo
 the same records, batched) and the fire workloads; a fresh instance for capacity;
 one in precise mode (a hot second, then the steady rates); then the Redis design with
 the same workloads, without persistence and then durable (AOF, fsync every second:
-its ingest, hot second and steady rates). A measurement that fails is recorded in the
+its ingest, hot second and steady rates); last, the sustained rate of a fresh instance
+and of the in-memory Redis design (``bench.sustained``). ``only`` picks some of these
+phases (:data:`PHASES`). A measurement that fails is recorded in the
 report and the run goes on. ``repeat`` runs all of it that many times, each on a fresh
 broker; the report gives the median and the spread of every figure.
 """
@@ -16,27 +18,36 @@ import dataclasses
 import sys
 import time
 import traceback
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import TypeVar
 
-from bench import ceiling, faust_floor, plots, redis_baseline, service
+from bench import ceiling, faust_floor, plots, redis_baseline, service, sustained
 from bench.cluster import PRECISE_ENV, Broker, open_broker, service_stack
-from bench.fire import FireContext, scheduled, steady_rate
+from bench.fire import FireContext, System, scheduled, steady_rate
 from bench.machine import machine, versions
 from bench.profiles import Profile
 from bench.profiling import Profiler
 from bench.render import render
-from bench.results import RESULTS_FILE, Fire, Results, store
+from bench.results import OURS, RESULTS_FILE, Fire, Results, Sustained, store
 from bench.service import KafkaTimers
+from bench.workload import CHUNK
 
 T = TypeVar("T")
 
+#: The phases of a run, in order (``--only`` picks some).
+PHASES = ("ceiling", OURS, "capacity", "precise", "redis", "redis-aof", "sustained")
+#: Bulk load rate assumed for planning when the ingest of this run was not measured (batched, timers/s).
+ASSUMED_LOAD_RATE = 40_000.0
+
 
 class Run:
-    def __init__(self, profile: Profile, out_dir: Path, work_dir: Path, command: str) -> None:
+    def __init__(
+        self, profile: Profile, out_dir: Path, work_dir: Path, command: str, only: Sequence[str] = PHASES
+    ) -> None:
         self.profile = profile
+        self.only = frozenset(only)
         self.out_dir = out_dir
         self.work_dir = work_dir
         self.results = Results(profile=profile.name, started=datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC"))
@@ -89,12 +100,18 @@ class Run:
         with self.block("broker"), open_broker(self.work_dir) as broker:
             r.broker = broker.describe()
             ctx = FireContext(broker, self.work_dir, p.tail_timeout_s, p.load_margin_s)
-            r.ceiling = self.attempt("ceiling", lambda: ceiling.measure(broker, p.ceiling_records))
-            load_rate, batched = self.ours(broker, ctx)
-            self.capacity(broker, ctx, load_rate, batched)
-            self.precise(broker, ctx, load_rate, batched)
-            self.redis(broker, ctx, durable=False)
-            self.redis(broker, ctx, durable=True)
+            if "ceiling" in self.only:
+                r.ceiling = self.attempt("ceiling", lambda: ceiling.measure(broker, p.ceiling_records))
+            load_rate, batched = self.ours(broker, ctx) if OURS in self.only else (ASSUMED_LOAD_RATE, True)
+            if "capacity" in self.only:
+                self.capacity(broker, ctx, load_rate, batched)
+            if "precise" in self.only:
+                self.precise(broker, ctx, load_rate, batched)
+            for durable in (False, True):
+                if ("redis-aof" if durable else "redis") in self.only:
+                    self.redis(broker, ctx, durable=durable)
+            if "sustained" in self.only:
+                self.sustained(broker, ctx)
         r.profiles = self.profiler.summaries
         r.duration_s = time.monotonic() - self._t0
         return r
@@ -259,9 +276,51 @@ class Run:
                 r.capacity.append(cap)
                 self.add_fire(cap.hot)
 
+    def sustained(self, broker: Broker, ctx: FireContext) -> None:
+        """The sustained rate of a fresh worker (batched requests), then of the in-memory Redis design."""
+        p = self.profile
+
+        def search(system: System) -> Sustained:
+            return sustained.measure(
+                ctx,
+                system,
+                start=p.sustained_start,
+                hold_s=p.sustained_hold_s,
+                lead_s=p.steady_lead_s,
+                steps=p.sustained_steps,
+                say=self.say,
+            )
+
+        with self.block("sustained kafka-timers"), service_stack(broker, self.work_dir, "sustained") as stack:
+            system = KafkaTimers(stack, batched=True, load_rate=ASSUMED_LOAD_RATE)
+            with self.profiler.sample(stack.worker_pid, "sustained"):
+                self.add_sustained(self.attempt("sustained kafka-timers", lambda: search(system)))
+        with (
+            self.block("sustained redis"),
+            # The ZADD rate measured on the way in is the redis row's; a chunk is enough here.
+            redis_baseline.redis_design(broker, self.work_dir, durable=False, zadd_count=CHUNK) as design,
+        ):
+            self.add_sustained(self.attempt("sustained redis", lambda: search(design)))
+
+    def add_sustained(self, found: Sustained | None) -> None:
+        if found is None:
+            return
+        self.results.sustained.append(found)
+        held, failed = found.held, found.not_held
+        self.say(
+            f"  {found.system} sustained: "
+            + (f"held {held.rate:,}/s" if held else "no rate held")
+            + (f", not {failed.rate:,}/s ({failed.failed})" if failed else "")
+        )
+
 
 def run(
-    profile: Profile, out_dir: Path, work_dir: Path, command: str, repeat: int = 1
+    profile: Profile,
+    out_dir: Path,
+    work_dir: Path,
+    command: str,
+    repeat: int = 1,
+    only: Sequence[str] = PHASES,
 ) -> tuple[list[Results], list[Path]]:
     """Measure everything ``repeat`` times, store the results under ``out_dir`` and render its pages;
     return the results and the pages written."""
@@ -271,7 +330,7 @@ def run(
         run_dir.mkdir(parents=True, exist_ok=True)
         if repeat > 1:
             print(f"=== run {index + 1} of {repeat} ===", file=sys.stderr, flush=True)
-        runs.append(Run(profile, out_dir, run_dir, command).execute())
+        runs.append(Run(profile, out_dir, run_dir, command, only).execute())
     plots.draw(runs, (out_dir / RESULTS_FILE).parent)
     store(out_dir, "runs", runs)
     return runs, render(out_dir)

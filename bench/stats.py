@@ -107,3 +107,22 @@ def rate_series(received_ms: Ints, origin_ms: int, bucket_s: float) -> tuple[lis
         edges = np.array([first, first + bucket_s])
     counts, edges = np.histogram(offsets_s, bins=edges)
     return [float(e) for e in edges[:-1]], [float(c / bucket_s) for c in counts]
+
+
+def lateness_growth(due_ms: Ints, received_ms: Ints) -> float:
+    """How much later the last timers due were than the first (ms): the rise, over the span of the
+    due times, of a line fitted through the median lateness of each due second (0 under two seconds).
+
+    A system that keeps up is as late at the end of a steady workload as at its start, whatever
+    each second's spread; one that falls behind is later every second.
+    """
+    if due_ms.size == 0:
+        return 0.0
+    second = (due_ms - due_ms.min()) // 1000
+    late = received_ms - due_ms
+    seconds = np.unique(second)
+    if seconds.size < 2:
+        return 0.0
+    medians = [float(np.median(late[second == s])) for s in seconds]
+    slope = float(np.polyfit(seconds.astype(float), medians, 1)[0])
+    return slope * float(seconds[-1] - seconds[0])

@@ -10,8 +10,9 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from bench.aggregate import Format, Getter, Spread, of_fire, percent, rate, ratio, spread
+from bench.aggregate import Format, Getter, Spread, held_rate, of_fire, percent, rate, ratio, spread
 from bench.results import OURS, REDIS, Capacity, CapacityRun, Results
+from bench.sustained import P99_LIMIT_MS
 
 MET, MISSED, NOT_MEASURED = "met", "missed", "not measured"
 
@@ -66,6 +67,7 @@ class Target:
 
 #: The sections of docs/PERFORMANCE.md that say where a target's time goes and what would close it.
 FIRING, ACCEPTING, LATENESS, PENDING = "firing-a-timer", "accepting-a-timer", "lateness", "10-m-pending"
+SUSTAINING = "sustaining-a-rate"
 
 
 def _ms(value: float) -> str:
@@ -76,9 +78,9 @@ def _mb(value: float) -> str:
     return f"{value:,.0f} MB"
 
 
-def _size(runs: Sequence[Results], key: str) -> int:
+def _size(runs: Sequence[Results], key: str) -> float:
     value = runs[0].sizes.get(key, 0) if runs else 0
-    return value if isinstance(value, int) else 0
+    return value if isinstance(value, int | float) else 0
 
 
 def _below_capacity_target(
@@ -112,6 +114,8 @@ def _capacity_hot_share(r: Results) -> float | None:
 
 def targets(runs: Sequence[Results]) -> list[Target]:
     hot = f"{_size(runs, 'hot_timers'):,}"
+    hold = next((s.hold_s for r in runs for s in r.sustained), _size(runs, "sustained_hold_s"))
+    held_for = f"held {hold:g} s, " if hold else ""
     hot_rate = of_fire(OURS, "hot-second", lambda f: f.fire_rate)
     precise: list[Target] = []
     for workload, title, at_receiver, at_dispatch in (
@@ -185,6 +189,16 @@ def targets(runs: Sequence[Results]) -> list[Target]:
         ),
         *precise,
         Target(
+            f"Sustained rate ({held_for}p99 at the receiver ≤ {P99_LIMIT_MS / 1000:g} s, second mode): "
+            "≥ 100 % of the in-memory Redis design's (same run)",
+            ratio(held_rate(OURS), held_rate(REDIS)),
+            1.0,
+            True,
+            percent,
+            "sustained",
+            see=SUSTAINING,
+        ),
+        Target(
             "Ingest, one `Future` per record ≥ 30 k/s",
             ingest("single"),
             30_000,
@@ -227,6 +241,7 @@ def targets(runs: Sequence[Results]) -> list[Target]:
 
 def never_early(runs: Sequence[Results]) -> Verdict:
     fires = [f for r in runs for f in r.fires if f.system == OURS]
+    fires += [step.fire for r in runs if (s := r.sustained_of(OURS)) is not None for step in s.steps]
     early = sum(f.lateness.early for f in fires)
     status = NOT_MEASURED if not fires else (MET if early == 0 else MISSED)
     received = sum(f.lateness.received for f in fires)

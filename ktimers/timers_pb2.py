@@ -24,7 +24,7 @@ _sym_db = _symbol_database.Default()
 
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x0ctimers.proto\x12\x0fkafka_timers.v1\"\xab\x01\n\x06\x46uture\x12\x15\n\rcallBackTopic\x18\x01 \x01(\t\x12\x13\n\x0b\x63\x61llBackKey\x18\x02 \x01(\t\x12\x10\n\x08\x63\x61llBack\x18\x03 \x01(\x0c\x12\n\n\x02id\x18\x04 \x01(\t\x12\x13\n\x06\x64ue_ms\x18\x05 \x01(\x03H\x00\x88\x01\x01\x12\r\n\x05token\x18\x06 \x01(\t\x12(\n\x07headers\x18\x07 \x03(\x0b\x32\x17.kafka_timers.v1.HeaderB\t\n\x07_due_ms\"$\n\x06Header\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\x0c\"7\n\x0b\x46utureBatch\x12(\n\x07\x66utures\x18\x01 \x03(\x0b\x32\x17.kafka_timers.v1.Future\"\x14\n\x06\x43\x61ncel\x12\n\n\x02id\x18\x01 \x01(\t\":\n\x04Tick\x12\x0e\n\x06second\x18\x01 \x01(\x03\x12\x0e\n\x06source\x18\x02 \x01(\t\x12\x12\n\nemitted_ms\x18\x03 \x01(\x03\"\x92\x01\n\x0bStoredTimer\x12\'\n\x06\x66uture\x18\x01 \x01(\x0b\x32\x17.kafka_timers.v1.Future\x12\x18\n\x10source_partition\x18\x02 \x01(\x05\x12\x15\n\rsource_offset\x18\x03 \x01(\x03\x12\x13\n\x0b\x61\x63\x63\x65pted_ms\x18\x04 \x01(\x03\x12\x14\n\x0csource_topic\x18\x05 \x01(\t\"\xa1\x02\n\nTimerEvent\x12\n\n\x02id\x18\x01 \x01(\t\x12.\n\x04kind\x18\x02 \x01(\x0e\x32 .kafka_timers.v1.TimerEvent.Kind\x12\x0e\n\x06\x64ue_ms\x18\x03 \x01(\x03\x12\r\n\x05\x61t_ms\x18\x04 \x01(\x03\x12\x11\n\tpartition\x18\x05 \x01(\x05\x12\x15\n\rsource_offset\x18\x06 \x01(\x03\x12\x0e\n\x06reason\x18\x07 \x01(\t\x12\x16\n\x0e\x63\x61llback_topic\x18\x08 \x01(\t\"f\n\x04Kind\x12\x14\n\x10KIND_UNSPECIFIED\x10\x00\x12\r\n\tSCHEDULED\x10\x01\x12\t\n\x05\x46IRED\x10\x02\x12\r\n\tCANCELLED\x10\x03\x12\x11\n\rCANCEL_MISSED\x10\x04\x12\x0c\n\x08REJECTED\x10\x05\"k\n\x0fTimerEventBatch\x12+\n\x06\x65vents\x18\x01 \x03(\x0b\x32\x1b.kafka_timers.v1.TimerEvent\x12+\n\x05\x66ired\x18\x02 \x03(\x0b\x32\x1c.kafka_timers.v1.FiredTimers\"b\n\x0b\x46iredTimers\x12\n\n\x02id\x18\x01 \x03(\t\x12\x0e\n\x06\x64ue_ms\x18\x02 \x03(\x03\x12\x15\n\rsource_offset\x18\x03 \x03(\x03\x12\r\n\x05\x61t_ms\x18\x04 \x01(\x03\x12\x11\n\tpartition\x18\x05 \x01(\x05\x62\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x0ctimers.proto\x12\x0fkafka_timers.v1\"\xdc\x01\n\x06\x46uture\x12\x15\n\rcallBackTopic\x18\x01 \x01(\t\x12\x13\n\x0b\x63\x61llBackKey\x18\x02 \x01(\t\x12\x10\n\x08\x63\x61llBack\x18\x03 \x01(\x0c\x12\n\n\x02id\x18\x04 \x01(\t\x12\x13\n\x06\x64ue_ms\x18\x05 \x01(\x03H\x00\x88\x01\x01\x12\r\n\x05token\x18\x06 \x01(\t\x12(\n\x07headers\x18\x07 \x03(\x0b\x32\x17.kafka_timers.v1.Header\x12/\n\nrecurrence\x18\x08 \x01(\x0b\x32\x1b.kafka_timers.v1.RecurrenceB\t\n\x07_due_ms\"\xa0\x01\n\nRecurrence\x12\x0c\n\x04\x63ron\x18\x01 \x01(\t\x12\x11\n\ttime_zone\x18\x02 \x01(\t\x12\x13\n\x0binterval_ms\x18\x03 \x01(\x03\x12\x15\n\x08until_ms\x18\x04 \x01(\x03H\x00\x88\x01\x01\x12\x11\n\tmax_count\x18\x05 \x01(\x03\x12\x0f\n\x07ordinal\x18\x06 \x01(\x03\x12\x14\n\x0c\x66irst_due_ms\x18\x07 \x01(\x03\x42\x0b\n\t_until_ms\"$\n\x06Header\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\x0c\"7\n\x0b\x46utureBatch\x12(\n\x07\x66utures\x18\x01 \x03(\x0b\x32\x17.kafka_timers.v1.Future\"\x14\n\x06\x43\x61ncel\x12\n\n\x02id\x18\x01 \x01(\t\":\n\x04Tick\x12\x0e\n\x06second\x18\x01 \x01(\x03\x12\x0e\n\x06source\x18\x02 \x01(\t\x12\x12\n\nemitted_ms\x18\x03 \x01(\x03\"\x92\x01\n\x0bStoredTimer\x12\'\n\x06\x66uture\x18\x01 \x01(\x0b\x32\x17.kafka_timers.v1.Future\x12\x18\n\x10source_partition\x18\x02 \x01(\x05\x12\x15\n\rsource_offset\x18\x03 \x01(\x03\x12\x13\n\x0b\x61\x63\x63\x65pted_ms\x18\x04 \x01(\x03\x12\x14\n\x0csource_topic\x18\x05 \x01(\t\"\xa1\x02\n\nTimerEvent\x12\n\n\x02id\x18\x01 \x01(\t\x12.\n\x04kind\x18\x02 \x01(\x0e\x32 .kafka_timers.v1.TimerEvent.Kind\x12\x0e\n\x06\x64ue_ms\x18\x03 \x01(\x03\x12\r\n\x05\x61t_ms\x18\x04 \x01(\x03\x12\x11\n\tpartition\x18\x05 \x01(\x05\x12\x15\n\rsource_offset\x18\x06 \x01(\x03\x12\x0e\n\x06reason\x18\x07 \x01(\t\x12\x16\n\x0e\x63\x61llback_topic\x18\x08 \x01(\t\"f\n\x04Kind\x12\x14\n\x10KIND_UNSPECIFIED\x10\x00\x12\r\n\tSCHEDULED\x10\x01\x12\t\n\x05\x46IRED\x10\x02\x12\r\n\tCANCELLED\x10\x03\x12\x11\n\rCANCEL_MISSED\x10\x04\x12\x0c\n\x08REJECTED\x10\x05\"k\n\x0fTimerEventBatch\x12+\n\x06\x65vents\x18\x01 \x03(\x0b\x32\x1b.kafka_timers.v1.TimerEvent\x12+\n\x05\x66ired\x18\x02 \x03(\x0b\x32\x1c.kafka_timers.v1.FiredTimers\"b\n\x0b\x46iredTimers\x12\n\n\x02id\x18\x01 \x03(\t\x12\x0e\n\x06\x64ue_ms\x18\x02 \x03(\x03\x12\x15\n\rsource_offset\x18\x03 \x03(\x03\x12\r\n\x05\x61t_ms\x18\x04 \x01(\x03\x12\x11\n\tpartition\x18\x05 \x01(\x05\x62\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -32,23 +32,25 @@ _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'timers_pb2', _globals)
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
   _globals['_FUTURE']._serialized_start=34
-  _globals['_FUTURE']._serialized_end=205
-  _globals['_HEADER']._serialized_start=207
-  _globals['_HEADER']._serialized_end=243
-  _globals['_FUTUREBATCH']._serialized_start=245
-  _globals['_FUTUREBATCH']._serialized_end=300
-  _globals['_CANCEL']._serialized_start=302
-  _globals['_CANCEL']._serialized_end=322
-  _globals['_TICK']._serialized_start=324
-  _globals['_TICK']._serialized_end=382
-  _globals['_STOREDTIMER']._serialized_start=385
-  _globals['_STOREDTIMER']._serialized_end=531
-  _globals['_TIMEREVENT']._serialized_start=534
-  _globals['_TIMEREVENT']._serialized_end=823
-  _globals['_TIMEREVENT_KIND']._serialized_start=721
-  _globals['_TIMEREVENT_KIND']._serialized_end=823
-  _globals['_TIMEREVENTBATCH']._serialized_start=825
-  _globals['_TIMEREVENTBATCH']._serialized_end=932
-  _globals['_FIREDTIMERS']._serialized_start=934
-  _globals['_FIREDTIMERS']._serialized_end=1032
+  _globals['_FUTURE']._serialized_end=254
+  _globals['_RECURRENCE']._serialized_start=257
+  _globals['_RECURRENCE']._serialized_end=417
+  _globals['_HEADER']._serialized_start=419
+  _globals['_HEADER']._serialized_end=455
+  _globals['_FUTUREBATCH']._serialized_start=457
+  _globals['_FUTUREBATCH']._serialized_end=512
+  _globals['_CANCEL']._serialized_start=514
+  _globals['_CANCEL']._serialized_end=534
+  _globals['_TICK']._serialized_start=536
+  _globals['_TICK']._serialized_end=594
+  _globals['_STOREDTIMER']._serialized_start=597
+  _globals['_STOREDTIMER']._serialized_end=743
+  _globals['_TIMEREVENT']._serialized_start=746
+  _globals['_TIMEREVENT']._serialized_end=1035
+  _globals['_TIMEREVENT_KIND']._serialized_start=933
+  _globals['_TIMEREVENT_KIND']._serialized_end=1035
+  _globals['_TIMEREVENTBATCH']._serialized_start=1037
+  _globals['_TIMEREVENTBATCH']._serialized_end=1144
+  _globals['_FIREDTIMERS']._serialized_start=1146
+  _globals['_FIREDTIMERS']._serialized_end=1244
 # @@protoc_insertion_point(module_scope)

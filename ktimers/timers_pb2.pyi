@@ -8,7 +8,7 @@ from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
 DESCRIPTOR: _descriptor.FileDescriptor
 
 class Future(_message.Message):
-    __slots__ = ("callBackTopic", "callBackKey", "callBack", "id", "due_ms", "token", "headers")
+    __slots__ = ("callBackTopic", "callBackKey", "callBack", "id", "due_ms", "token", "headers", "recurrence")
     CALLBACKTOPIC_FIELD_NUMBER: _ClassVar[int]
     CALLBACKKEY_FIELD_NUMBER: _ClassVar[int]
     CALLBACK_FIELD_NUMBER: _ClassVar[int]
@@ -16,6 +16,7 @@ class Future(_message.Message):
     DUE_MS_FIELD_NUMBER: _ClassVar[int]
     TOKEN_FIELD_NUMBER: _ClassVar[int]
     HEADERS_FIELD_NUMBER: _ClassVar[int]
+    RECURRENCE_FIELD_NUMBER: _ClassVar[int]
     callBackTopic: str
     callBackKey: str
     callBack: bytes
@@ -23,7 +24,26 @@ class Future(_message.Message):
     due_ms: int
     token: str
     headers: _containers.RepeatedCompositeFieldContainer[Header]
-    def __init__(self, callBackTopic: _Optional[str] = ..., callBackKey: _Optional[str] = ..., callBack: _Optional[bytes] = ..., id: _Optional[str] = ..., due_ms: _Optional[int] = ..., token: _Optional[str] = ..., headers: _Optional[_Iterable[_Union[Header, _Mapping]]] = ...) -> None: ...
+    recurrence: Recurrence
+    def __init__(self, callBackTopic: _Optional[str] = ..., callBackKey: _Optional[str] = ..., callBack: _Optional[bytes] = ..., id: _Optional[str] = ..., due_ms: _Optional[int] = ..., token: _Optional[str] = ..., headers: _Optional[_Iterable[_Union[Header, _Mapping]]] = ..., recurrence: _Optional[_Union[Recurrence, _Mapping]] = ...) -> None: ...
+
+class Recurrence(_message.Message):
+    __slots__ = ("cron", "time_zone", "interval_ms", "until_ms", "max_count", "ordinal", "first_due_ms")
+    CRON_FIELD_NUMBER: _ClassVar[int]
+    TIME_ZONE_FIELD_NUMBER: _ClassVar[int]
+    INTERVAL_MS_FIELD_NUMBER: _ClassVar[int]
+    UNTIL_MS_FIELD_NUMBER: _ClassVar[int]
+    MAX_COUNT_FIELD_NUMBER: _ClassVar[int]
+    ORDINAL_FIELD_NUMBER: _ClassVar[int]
+    FIRST_DUE_MS_FIELD_NUMBER: _ClassVar[int]
+    cron: str
+    time_zone: str
+    interval_ms: int
+    until_ms: int
+    max_count: int
+    ordinal: int
+    first_due_ms: int
+    def __init__(self, cron: _Optional[str] = ..., time_zone: _Optional[str] = ..., interval_ms: _Optional[int] = ..., until_ms: _Optional[int] = ..., max_count: _Optional[int] = ..., ordinal: _Optional[int] = ..., first_due_ms: _Optional[int] = ...) -> None: ...
 
 class Header(_message.Message):
     __slots__ = ("key", "value")

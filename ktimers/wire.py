@@ -19,6 +19,7 @@ from ktimers.timers_pb2 import (
     Future,
     FutureBatch,
     Header,
+    Recurrence,
     StoredTimer,
     Tick,
     TimerEvent,
@@ -31,6 +32,7 @@ __all__ = [
     "Future",
     "FutureBatch",
     "Header",
+    "Recurrence",
     "StoredTimer",
     "Tick",
     "TimerEvent",
@@ -43,6 +45,7 @@ __all__ = [
     "H_DUE_MS",
     "H_TOKEN",
     "H_FIRED_MS",
+    "H_OCCURRENCE",
     "H_REASON",
     "H_ERROR",
     "H_SOURCE_TOPIC",
@@ -65,6 +68,8 @@ __all__ = [
     "callback_header_values",
     "callback_headers",
     "lay_out_callback_headers",
+    "occurrence_headers",
+    "ordinal_of",
     "timer_key",
     "split_timer_key",
     "due_prefix",
@@ -84,6 +89,8 @@ H_ID = "kt-id"  # timer id: receivers drop repeats by it
 H_DUE_MS = "kt-due-ms"  # due time, epoch ms, decimal
 H_TOKEN = "kt-token"  # noqa: S105 - a header name, not a secret
 H_FIRED_MS = "kt-fired-ms"  # worker clock at dispatch, epoch ms, decimal
+# ... and to each occurrence of a recurring timer: its ordinal (1 for the first), decimal.
+H_OCCURRENCE = "kt-occurrence"
 
 # Headers on dead-letter records.
 H_REASON = "kt-reason"  # machine-readable reason code, e.g. "undecodable"
@@ -222,8 +229,11 @@ def fired_columns(block: FiredTimers) -> Iterator[tuple[str, int, int]]:
 
 def callback_headers(timer: StoredTimer, fired: bytes) -> list[tuple[str, str | bytes | None]]:
     """Headers of a timer's callback record: the user's, then ours (``fired``: the dispatch
-    time, epoch ms in decimal, as ``kt-fired-ms`` carries it). See :func:`lay_out_callback_headers`."""
-    return lay_out_callback_headers(*callback_header_values(timer), fired)
+    time, epoch ms in decimal, as ``kt-fired-ms`` carries it), ``kt-occurrence`` included for an
+    occurrence of a series. See :func:`lay_out_callback_headers`."""
+    own, timer_id, due, token = callback_header_values(timer)
+    _, own = occurrence_headers(timer, own)
+    return lay_out_callback_headers(own, timer_id, due, token, fired)
 
 
 def callback_header_values(
@@ -239,6 +249,24 @@ def callback_header_values(
         str(future.due_ms).encode(),
         future.token.encode(),
     )
+
+
+def ordinal_of(recurrence: Recurrence) -> int:
+    """The ordinal of the occurrence a recurrence's timer holds (1 for the first)."""
+    return max(recurrence.ordinal, 1)
+
+
+def occurrence_headers(
+    timer: StoredTimer, own: tuple[tuple[str, bytes | None], ...]
+) -> tuple[int, tuple[tuple[str, bytes | None], ...]]:
+    """A callback's ordinal (0 when ``timer`` is no series) and its headers before ``kt-id``:
+    ``own`` (the user's), then ``kt-occurrence`` for an occurrence of a series — after every
+    user header, so a reader taking a header's last value cannot be fooled by one."""
+    future = timer.future
+    if not future.HasField("recurrence"):
+        return 0, own
+    ordinal = ordinal_of(future.recurrence)
+    return ordinal, (*own, (H_OCCURRENCE, str(ordinal).encode()))
 
 
 def lay_out_callback_headers(

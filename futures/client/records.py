@@ -17,6 +17,7 @@ from datetime import UTC, datetime, timedelta
 from typing import TypedDict, Unpack
 
 from futures.client.partitioner import PartitionFn
+from futures.client.recurring import RecurrenceOptions, is_recurring, recurrence_for
 from ktimers.config import CommonConfig
 from ktimers.producer import RecordHeaders
 from ktimers.wire import (
@@ -63,14 +64,19 @@ class CallbackOptions(TypedDict, total=False):
     headers: HeadersArg | None
 
 
-class ScheduleOptions(DueOptions, CallbackOptions, total=False):
-    """The keyword arguments of ``schedule``: when (exactly one of ``at``/``delay``), id, token, headers.
+class ScheduleOptions(DueOptions, CallbackOptions, RecurrenceOptions, total=False):
+    """The keyword arguments of ``schedule``: when (exactly one of ``at``/``delay``), id, token, headers;
+    for a recurring timer, ``cron`` and ``tz`` or ``every``, and ``until``, ``max_count``.
 
     ``at``: an aware datetime or epoch seconds; ``delay``: seconds >= 0 or a
     timedelta; ``id`` defaults to a random uuid4 hex (scheduling again with the
     same id replaces the pending timer); ``token`` is copied to the callback's
     ``kt-token`` header (see :mod:`futures.client.guard`); ``headers`` are added
     to the callback record, in order.
+
+    A recurring timer fires again and again under its id until ``until``, ``max_count``
+    or a cancel ends it (:class:`~futures.client.recurring.RecurrenceOptions`); ``at`` or
+    ``delay`` are then optional: from when the series starts.
     """
 
 
@@ -219,6 +225,11 @@ def _future(
     id: str | None = None,
     token: str | None = None,
     headers: HeadersArg | None = None,
+    cron: str | None = None,
+    tz: str | None = None,
+    every: float | timedelta | None = None,
+    until: datetime | float | None = None,
+    max_count: int | None = None,
 ) -> tuple[Future, TimerHandle]:
     if not isinstance(topic, str) or not topic:
         raise ValueError("topic must be the non-empty name of the topic the callback goes to")
@@ -233,7 +244,21 @@ def _future(
         raise ValueError(f"id is longer than {MAX_ID_BYTES} bytes (UTF-8): use a shorter id")
     if token is not None and (not isinstance(token, str) or not token):
         raise ValueError("token must be a non-empty str (or None)")
-    due_ms = due_ms_for(at=at, delay=delay, now=now)
+    recurrence = None
+    if is_recurring(cron, every) or tz is not None or until is not None or max_count is not None:
+        start = None if at is None and delay is None else due_ms_for(at=at, delay=delay, now=now)
+        recurrence, due_ms = recurrence_for(
+            cron=cron,
+            tz=tz,
+            every=every,
+            until=until,
+            max_count=max_count,
+            start_ms=start,
+            now_ms=round(now * 1000),
+            to_ms=lambda when: due_ms_for(at=when, delay=None, now=now),
+        )
+    else:
+        due_ms = due_ms_for(at=at, delay=delay, now=now)
     timer_id = id or uuid.uuid4().hex
     future = Future(
         callBackTopic=topic,
@@ -243,6 +268,7 @@ def _future(
         due_ms=due_ms,
         token=token or "",
         headers=_user_headers(headers),
+        recurrence=recurrence,
     )
     record_key = timer_id.encode()
     handle = TimerHandle(id=timer_id, record_key=record_key, due_ms=due_ms, callback_topic=topic, token=token)

@@ -46,6 +46,7 @@ from futures.jobs.logs import (
     read_events,
     read_requests,
 )
+from futures.jobs.occurrences import pending_timers
 from futures.jobs.offsets import consumer_config
 from futures.jobs.outputs import create_fresh_topic, request_records, write_records
 from futures.jobs.retention import EventLoss, EventsLog, KafkaEventsLog, check_events
@@ -229,8 +230,7 @@ def compaction(
         requests = requests.unionByName(base_requests(base))
     events_seen = Observation()  # a name of its own: a base may be a compaction too
     classified = classify(requests, events.observe(events_seen, *event_count_columns()), topics)
-    pending = classified.filter(F.col("status") == PENDING).select(*SNAPSHOT_COLUMNS[:-1])
-    return Compaction(classified, events, pending, events_seen)
+    return Compaction(classified, events, pending_timers(classified), events_seen)
 
 
 # -- load --------------------------------------------------------------------
@@ -252,7 +252,7 @@ def load(
         check_event_loss(extracted.event_loss, unchecked, options.accept_event_loss)
     observation = Observation("compaction")
     observed = compaction.classified.observe(observation, *count_columns())
-    pending = observed.filter(F.col("status") == PENDING).select(*SNAPSHOT_COLUMNS[:-1])
+    pending = pending_timers(observed)
     with step(f"reading, classifying and writing the pending timers of {describe(extracted.plan)}"):
         snapshot.write_timers(pending, options.out, options.overwrite)
     events_counts = events_seen(compaction)

@@ -36,6 +36,7 @@ from pyspark.sql import functions as F
 from futures.jobs import compact, snapshot
 from futures.jobs.config import JobConfig
 from futures.jobs.logs import describe, plan_log, read_events, read_requests
+from futures.jobs.occurrences import fired_or_pending
 from futures.jobs.offsets import OffsetPlanner
 from futures.jobs.outputs import callback_records, request_records, write_records
 from futures.jobs.runner import (
@@ -48,8 +49,8 @@ from futures.jobs.runner import (
     spark_for,
     step,
 )
-from futures.jobs.snapshot import SNAPSHOT_COLUMNS, Manifest
-from futures.jobs.versions import FIRED, PENDING
+from futures.jobs.snapshot import Manifest
+from futures.jobs.versions import PENDING
 
 log = logging.getLogger("futures.jobs.replay")
 
@@ -119,8 +120,7 @@ def extract(spark: SparkSession, config: JobConfig, options: ReplayOptions) -> E
     events = read_events(spark, config.common, plan.events, split)
     topics = len(config.common.topics.ingress_formats)
     classified = compact.compaction(requests, events, topics).classified
-    timers = classified.filter(F.col("status").isin(PENDING, FIRED)).select(*SNAPSHOT_COLUMNS[:-1], "status")
-    return Extracted(timers, describe(plan))
+    return Extracted(fired_or_pending(classified), describe(plan))
 
 
 # -- transform ---------------------------------------------------------------

@@ -14,6 +14,16 @@ latest request wins. Each version ends in exactly one status:
 * ``pending``    — none of the above: the worker holds it, or will once it
   reads the request. The pending set is what a snapshot keeps.
 
+A recurring timer (a *series*) is one version whose occurrences each fire: every
+FIRED event of the series names the request that started it. When one fires (or
+its callback is dead-lettered) the worker arms the next, a SCHEDULED event with
+its due time, that same offset and reason ``occurrence <ordinal>``. So a version
+is a *running series* while the latest occurrence armed for it is due later than
+every FIRED or REJECTED event naming it: it stays pending (or is cancelled or
+superseded by the next request) as its latest armed occurrence — ``due_ms`` and
+``ordinal`` say which — until its last occurrence fires and nothing is armed
+after it. A series that never armed an occurrence is classified as any timer.
+
 Order within (partition, id) is the log order. Records of one topic are ordered
 by offset; when extra ingress topics feed the same partition, records of
 different topics are ordered by their timestamps (made monotonic per topic
@@ -45,22 +55,77 @@ ORIGIN_LOG = "log"
 ORIGIN_BASE = "base"
 
 
+#: Reason of the SCHEDULED event of a series' next occurrence: its ordinal.
+_ARMED_REASON = r"^occurrence ([0-9]{1,18})$"
+
+
 def _outcomes(events: DataFrame) -> DataFrame:
-    """Per timer (partition, id): the request offsets FIRED and REJECTED name, and the due
-    times of too-late drops (a timer dropped under TIMERS_LATE_POLICY=drop has no offset in its event).
+    """Per timer (partition, id): the request offsets FIRED and REJECTED name, the due
+    times of too-late drops (a timer dropped under TIMERS_LATE_POLICY=drop has no offset in its
+    event), and for a series the occurrences armed and landed (:func:`_series_events`).
 
     Keyed like the classification's window, so one shuffle of the request rows serves both.
     """
     kind, offset = F.col("kind"), F.col("source_offset")
+    armed = (kind == "SCHEDULED") & F.col("reason").startswith("occurrence ")
     return (
-        events.filter(kind.isin("FIRED", "REJECTED"))
+        events.filter(kind.isin("FIRED", "REJECTED") | armed)
         .groupBy("partition", "timer_id")
         .agg(
             F.collect_set(F.when((kind == "FIRED") & (offset >= 0), offset)).alias("fired_at"),
             F.collect_set(F.when((kind == "REJECTED") & (offset >= 0), offset)).alias("rejected_at"),
             F.collect_set(F.when((kind == "REJECTED") & (offset < 0), F.col("due_ms"))).alias("dropped_due"),
+            _series_events().alias("series"),
         )
+        # Only a timer that armed an occurrence is a series that went on: for any other, the
+        # offsets above say all, and the rows carry no list through the window's sort.
+        .withColumn("series", F.when(F.exists("series", lambda e: e["ordinal"].isNotNull()), F.col("series")))
     )
+
+
+def _series_events() -> Column:
+    """Aggregate: (offset, due_ms, ordinal, fired) of each FIRED or REJECTED event that names an
+    offset, and of each SCHEDULED event arming a series' next occurrence (ordinal set)."""
+    kind, offset = F.col("kind"), F.col("source_offset")
+    number = F.regexp_extract(F.col("reason"), _ARMED_REASON, 1)
+    armed = (kind == "SCHEDULED") & (number != "")
+    event = F.struct(
+        offset.alias("offset"),
+        F.col("due_ms").alias("due_ms"),
+        F.when(armed, number.cast("long")).alias("ordinal"),
+        (kind == "FIRED").alias("fired"),
+    )
+    return F.collect_list(F.when((offset >= 0) & (armed | kind.isin("FIRED", "REJECTED")), event))
+
+
+def _series_state() -> tuple[Column, Column, Column]:
+    """(running, latest armed occurrence as (due_ms, ordinal), fired occurrences as (due_ms,
+    ordinal)) of a row's version, from the ``series`` its timer's events gathered.
+
+    An occurrence's ordinal is the one its arming event names; the version's own due time is
+    its first occurrence (the request's ordinal: left null). A FIRED due time that no arming
+    event names is left out, with no ordinal to send it with: timer-events lost that event.
+    """
+    mine = F.filter("series", lambda e: e["offset"] == F.col("offset"))
+    armed = F.filter(mine, lambda e: e["ordinal"].isNotNull())
+    latest = F.array_max(
+        F.transform(armed, lambda e: F.struct(e["due_ms"].alias("due_ms"), e["ordinal"].alias("ordinal")))
+    )
+    landed = F.array_max(F.transform(F.filter(mine, lambda e: e["ordinal"].isNull()), lambda e: e["due_ms"]))
+    running = F.coalesce(latest.isNotNull() & (landed.isNull() | (latest["due_ms"] > landed)), F.lit(False))
+    fired_dues = F.array_distinct(F.transform(F.filter(mine, lambda e: e["fired"]), lambda e: e["due_ms"]))
+
+    def ordinal_of(due: Column) -> Column:
+        named = F.array_max(
+            F.transform(F.filter(armed, lambda e: e["due_ms"] == due), lambda e: e["ordinal"])
+        )
+        return F.when(due == F.col("due_ms"), F.lit(None).cast("long")).otherwise(named)
+
+    fired = F.filter(
+        F.transform(fired_dues, lambda d: F.struct(d.alias("due_ms"), ordinal_of(d).alias("ordinal"))),
+        lambda o: (o["due_ms"] == F.col("due_ms")) | o["ordinal"].isNotNull(),
+    )
+    return running, latest, fired
 
 
 def _log_order(requests: DataFrame, topics: int) -> tuple[DataFrame, tuple[str, ...]]:
@@ -82,7 +147,10 @@ def _log_order(requests: DataFrame, topics: int) -> tuple[DataFrame, tuple[str, 
 
 
 def classify(requests: DataFrame, events: DataFrame, topics: int = 1) -> DataFrame:
-    """Every request row with its ``status`` (module doc) and ``next_kind``.
+    """Every request row with its ``status`` (module doc) and ``next_kind``; for a series that
+    went on, ``running``, ``occurrences`` (the (due_ms, ordinal) of those that fired; ordinal
+    null for the request's own) and, while it runs, the ``due_ms`` and ``ordinal`` of its latest
+    armed occurrence (``ordinal`` is null on every other row).
 
     ``topics``: how many request topics the rows come from (`timer-request`
     and the extra ingress topics).
@@ -111,17 +179,31 @@ def classify(requests: DataFrame, events: DataFrame, topics: int = 1) -> DataFra
     def named(column: str, value: str) -> Column:
         return F.coalesce(F.array_contains(column, F.col(value)), F.lit(False))
 
+    running, latest, fired = _series_state()
     status: Column = (
         F.when(~F.col("valid"), F.lit(INVALID_RECORD))
         .when(F.col("kind") == CANCEL, F.lit(CANCEL_REQUEST))
+        .when(F.col("running") & (F.col("next_kind") == CANCEL), F.lit(CANCELLED))
+        .when(F.col("running") & F.col("next_kind").isNotNull(), F.lit(SUPERSEDED))
+        .when(F.col("running"), F.lit(PENDING))
         .when(named("fired_at", "offset"), F.lit(FIRED))
         .when(named("rejected_at", "offset") | named("dropped_due", "due_ms"), F.lit(REJECTED))
         .when(F.col("next_kind") == CANCEL, F.lit(CANCELLED))
         .when(F.col("next_kind").isNotNull(), F.lit(SUPERSEDED))
         .otherwise(F.lit(PENDING))
     )
-    dropped = ("valid", "timer_hash", "fired_at", "rejected_at", "dropped_due", "seq_ms")
-    return versions.withColumn("status", status).drop(*dropped)
+    dropped = ("valid", "timer_hash", "fired_at", "rejected_at", "dropped_due", "seq_ms", "series", "latest")
+    is_series = F.col("series").isNotNull()
+    return (
+        # Only a series evaluates the list functions: for every other row ``series`` is null.
+        versions.withColumn("running", is_series & running)
+        .withColumn("latest", F.when(F.col("running"), latest))
+        .withColumn("status", status)
+        .withColumn("occurrences", F.when(is_series, fired))
+        .withColumn("due_ms", F.coalesce(F.col("latest.due_ms"), F.col("due_ms")))
+        .withColumn("ordinal", F.col("latest.ordinal"))
+        .drop(*dropped)
+    )
 
 
 @dataclass(frozen=True)

@@ -15,6 +15,7 @@ import sys
 from typing import NamedTuple
 
 from ktimers.producer import RecordHeaders
+from ktimers.recurrence import occurrence_headers
 from ktimers.wire import StoredTimer, callback_header_values, lay_out_callback_headers
 
 
@@ -43,6 +44,8 @@ class Callback(NamedTuple):
     due_header: bytes
     own_headers: tuple[tuple[str, bytes | None], ...]
     token: bytes
+    #: Ordinal of a recurring timer's occurrence (``kt-occurrence``); 0 for a timer that is no series.
+    occurrence: int = 0
 
     def timer(self) -> StoredTimer:
         return StoredTimer.FromString(self.stored)
@@ -58,6 +61,7 @@ def prepare(key: bytes, partition: int, stored: bytes) -> Callback:
     future = timer.future
     timer_id, due_ms = future.id, future.due_ms
     own, id_header, due_header, token = callback_header_values(timer)
+    occurrence, own = occurrence_headers(timer, own)
     return Callback(
         key,
         partition,
@@ -72,4 +76,5 @@ def prepare(key: bytes, partition: int, stored: bytes) -> Callback:
         due_header,
         own,
         token,
+        occurrence,
     )

@@ -5,7 +5,8 @@ partition in :class:`Changes` and hand them to :func:`commit`, which orders the
 durable writes the same way for all of them:
 
 1. the events and dead letters the change caused, and its changelog records
-   (puts of accepted timers, tombstones of fired or cancelled ones), all delivered;
+   (puts of accepted timers, tombstones of cancelled ones, then the ``f`` records
+   listing the fired ones: :meth:`PartitionTimers.fired_records`), all delivered;
 2. then each partition's progress record (watermark and last applied request
    offset), in a flush of its own: it acknowledges the requests it covers, so a
    restart skips them only once everything they caused is written;
@@ -23,7 +24,7 @@ from dataclasses import dataclass, field
 
 from futures.worker.context import EngineContext
 from futures.worker.kafka import Deliveries
-from futures.worker.table import Record, progress_record, topic_progress_record
+from futures.worker.table import FIRED_RECORD_BYTES, Record, progress_record, topic_progress_record
 
 
 @dataclass
@@ -31,6 +32,11 @@ class Changes:
     """Changelog records and progress of one partition, not yet written."""
 
     records: list[Record] = field(default_factory=list)
+    #: Table keys of fired timers (callbacks delivered or dead-lettered): deleted by ``f``
+    #: records written after ``records``.
+    fired: list[bytes] = field(default_factory=list)
+    #: Records for the changelog only, already true of the table: the sweep's tombstones.
+    changelog_only: list[Record] = field(default_factory=list)
     pending_delta: int = 0
     watermark: int | None = None  # new watermark (epoch s), when the clock moved
     request_offset: int | None = None  # last `timer-request` offset applied, when requests were
@@ -49,6 +55,8 @@ class Changes:
     def writes(self) -> bool:
         return bool(
             self.records
+            or self.fired
+            or self.changelog_only
             or self.watermark is not None
             or self.request_offset is not None
             or self.topic_offsets
@@ -67,12 +75,16 @@ async def commit(ctx: EngineContext, changes: dict[int, Changes], *, send_now: b
     dispatch, writer = ctx.dispatch, ctx.writer
     dispatch.produce_events()  # delivered with this write's records, checked below
     changelog = ctx.config.changelog_topic
+    fired_bytes = min(FIRED_RECORD_BYTES, ctx.config.max_record_bytes // 2)
     deliveries = Deliveries()
     staged: dict[int, list[Record]] = {}
     for partition, part in changes.items():
+        if part.changelog_only:
+            writer.produce_many(changelog, partition, part.changelog_only, deliveries)
         # Other ingress topics' progress follows the records it covers.
         staged[partition] = [
             *part.records,
+            *ctx.tables(partition).fired_records(part.fired, fired_bytes),
             *(topic_progress_record(*p) for p in part.topic_offsets.items()),
         ]
         writer.produce_many(changelog, partition, staged[partition], deliveries)

@@ -8,7 +8,8 @@ columns (ids, due times, callback topics, ``StoredTimer`` bytes) for
 :class:`~futures.worker.ingest.Ingest` to stage. Anything else — a cancel, framed
 records, a seed-format ``Future`` without ``due_ms``, a timer the checks refuse —
 returns None, and the record takes the general parser, which decides what it
-means and writes the dead letters: this module never rejects.
+means and writes the dead letters: this module never rejects. So does a recurring
+timer, whose recurrence the worker checks on that path (:mod:`futures.worker.series`).
 
 The checks are the general parser's (:meth:`ParseContext.timer_problem`), made once
 per record and callback topic: each check is monotone in the id's length and in the
@@ -95,8 +96,8 @@ class Decoder:
         timer_id = future.id
         if not timer_id:
             timer_id = future.id = self._context.derived_id(record)
-        if not future.HasField("due_ms"):
-            return None  # the seed format: the due second is in the key
+        if not future.HasField("due_ms") or future.HasField("recurrence"):
+            return None  # the seed format (the due second is in the key), or a series to check
         encoded = timer_id.encode()
         stored = _stored(future.SerializeToString(), self._tail(record))
         due_ms, topic = future.due_ms, future.callBackTopic
@@ -120,8 +121,8 @@ class Decoder:
             timer_id = future.id
             if not timer_id:
                 timer_id = future.id = context.derived_id(record, index)
-            if not future.HasField("due_ms"):
-                return None  # refused in a batch: every timer says when
+            if not future.HasField("due_ms") or future.HasField("recurrence"):
+                return None  # refused in a batch (every timer says when), or a series to check
             encoded = timer_id.encode()
             size = len(encoded)
             if size > longest:

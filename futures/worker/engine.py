@@ -11,7 +11,8 @@
   precise mode's per-millisecond windows (:mod:`futures.worker.precise`) send through
   the same pieces; callbacks are built ahead of their tick by :mod:`futures.worker.lookahead`;
 * **durable** — every change of the tables goes through one changelog write,
-  :func:`futures.worker.changelog.commit`, which orders the durable writes.
+  :func:`futures.worker.changelog.commit`, which orders the durable writes; fired
+  timers' own tombstones follow when no tick waits (:mod:`futures.worker.sweep`).
 
 Ingest and firing run one at a time under one lock (:attr:`EngineContext.lock`):
 the tables change in the order the changelog records them.
@@ -37,6 +38,7 @@ from futures.worker.lookahead import Lookahead
 from futures.worker.metrics import WorkerMetrics
 from futures.worker.precise import PreciseMode
 from futures.worker.status import WorkerStatus
+from futures.worker.sweep import Sweep
 from futures.worker.table import PartitionTimers
 from ktimers.deadletter import short
 from ktimers.logs import ThrottledLog
@@ -80,6 +82,7 @@ class TimerEngine:
         self._lookahead = Lookahead(self._ctx)  # second mode
         self._precise = PreciseMode(self._ctx, frontier, self._fatal) if config.precise else None
         self._firing = Firing(self._ctx, self._lookahead)
+        self._sweep = Sweep(self._ctx)
         self._ingest = Ingest(
             self._ctx, self._firing.fire, self._precise.windows if self._precise else None, gaps
         )
@@ -136,7 +139,8 @@ class TimerEngine:
 
     async def run(self, poll_s: float = 0.5) -> None:
         """Fire what the waiting ticks allow whenever woken, and every ``poll_s`` seconds
-        (a tick that waits for requests fires at the latest once TIMERS_JOIN_MAX_WAIT_S is up)."""
+        (a tick that waits for requests fires at the latest once TIMERS_JOIN_MAX_WAIT_S is up);
+        sweep when no tick waits."""
         while True:
             try:
                 await asyncio.wait_for(self._woken.wait(), poll_s)
@@ -144,6 +148,13 @@ class TimerEngine:
                 pass
             self._woken.clear()
             await self.fire_ready()
+            if not self._waiting and await self._sweep.step():
+                self._woken.set()  # more to sweep: after what woke the engine meanwhile
+
+    async def sweep(self) -> None:
+        """Write every fired timer's own tombstone now (:mod:`futures.worker.sweep`; tests)."""
+        while await self._sweep.step():
+            pass
 
     async def fire_ready(self) -> None:
         """Move the clocks the waiting ticks allow, firing what comes due."""
@@ -157,6 +168,7 @@ class TimerEngine:
             targets = self._claim_ticks()
             if not targets:
                 return
+            self._sweep.note(targets)
             join = None if self._precise is not None else self._join
             moved = await self._firing.fire(targets, join)
             if self._precise is not None:

@@ -11,8 +11,9 @@ another: the timers a tick made latest go first, wherever they live. The stream 
 pieces — a third of ``TIMERS_FIRE_CHUNK_SIZE`` timers, and at most a twelfth of
 ``TIMERS_FIRE_BUDGET_BYTES`` of stored timers — overlapped: while one piece's callbacks
 are on their way to the broker, the piece before is confirmed (delivery reports →
-FIRED events, dead letters, retries) and the one before that settled (its tombstones
-written and the timers deleted, :func:`~futures.worker.changelog.commit`). So what is
+FIRED events, dead letters, retries) and the one before that settled (the ``f`` records
+listing its timers written and the timers deleted, :func:`~futures.worker.changelog.commit`;
+their own tombstones come later, :mod:`~futures.worker.sweep`). So what is
 sent and not yet deleted — what a crash would send again — stays one chunk, and what
 the worker holds stays within the budget whatever the payloads.
 
@@ -34,7 +35,8 @@ from futures.worker.changelog import Changes, commit
 from futures.worker.context import EngineContext
 from futures.worker.dispatch import FireOutcome, Sending
 from futures.worker.lookahead import Lookahead
-from futures.worker.table import PartitionTimers, Record
+from futures.worker.series import arm_next
+from futures.worker.table import PartitionTimers
 
 #: Timers of a firing's first piece at most: its first callbacks leave before a whole piece is read.
 _FIRST_PIECE = 2000
@@ -187,14 +189,18 @@ class Firing:
     def _confirmed(
         self, outcome: FireOutcome, sent: list[Callback], changes: dict[int, Changes], fired: Fired
     ) -> None:
-        """Tombstones for the timers delivered or dead-lettered; those that failed transiently are kept."""
+        """The timers delivered or dead-lettered are deleted (``Changes.fired``); those that failed
+        transiently are kept."""
         done = sent if len(outcome.done) == len(sent) else [sent[i] for i in outcome.done]
-        tombstones: dict[int, list[Record]] = defaultdict(list)
+        # Recurring timers: the next occurrence, in the write that removes this one and before
+        # its tombstone, so that no part of the write ends the series.
+        arm_next(self._ctx, ((c, fired.limits[c.partition]) for c in done if c.occurrence), changes)
+        deleted: dict[int, list[bytes]] = defaultdict(list)
         for callback in done:
-            tombstones[callback.partition].append((callback.key, None))
-        for partition, records in tombstones.items():
-            changes[partition].records.extend(records)
-            changes[partition].pending_delta -= len(records)
+            deleted[callback.partition].append(callback.key)
+        for partition, keys in deleted.items():
+            changes[partition].fired.extend(keys)
+            changes[partition].pending_delta -= len(keys)
         if outcome.transient:
             # Kept in the table: the scans here read on past them, the next firing reads them again.
             self._ctx.metrics.dispatch_retries.inc(len(outcome.transient))

@@ -30,6 +30,7 @@ from futures.worker.columns import Decoder, Timers
 from futures.worker.config import LatePolicy
 from futures.worker.context import EngineContext
 from futures.worker.gaps import GapReader
+from futures.worker.series import is_recurring, reject_invalid
 from futures.worker.table import TIMER_PREFIX, PartitionTimers, table_key
 from futures.worker.windows import Windows
 from ktimers.config import IngressFormat
@@ -120,6 +121,9 @@ class Ingest:
         for request in requests:
             if isinstance(request, Schedule):
                 timer, record = request.timer, request.record
+                if timer.future.HasField("recurrence") and reject_invalid(self._ctx, record, timer):
+                    staged = await self._pause(staged + 1)
+                    continue
                 timer_id = timer.future.id
                 one = Timers(
                     record,
@@ -182,8 +186,12 @@ class Ingest:
         table = self._ctx.tables(partition)
         due = self._current_due(part, table, request.timer_id)
         if due is not None and self._windows is not None:
-            if self._windows.cancel(partition, due, table_key(due, request.timer_id)):
-                due = None  # sent by precise mode a moment ago; its deletion is on the way
+            key = table_key(due, request.timer_id)
+            if self._windows.cancel(partition, due, key):
+                if is_recurring(table, due, request.timer_id):
+                    self._windows.withdraw(partition, due, key)  # sent, and the cancel ends its series
+                else:
+                    due = None  # sent by precise mode a moment ago; its deletion is on the way
         if due is None:
             self._ctx.metrics.cancel_missed.inc()
             self._ctx.dispatch.event(

@@ -34,26 +34,31 @@ from futures.worker.changelog import Changes, commit
 from futures.worker.context import EngineContext, callback_bytes
 from futures.worker.join import RequestFrontier
 from futures.worker.kafka import Deliveries
+from futures.worker.series import arm_next
 from futures.worker.table import due_of_key
-from futures.worker.windows import FailFn, Item, Window, Windows
+from futures.worker.windows import FailFn, Window, Windows, wake
 
 log = logging.getLogger(__name__)
 
-#: Timers a window's opening reads and builds between two chances for the open windows to send
+#: Timers a window reads and builds between two chances for the open windows to send
 #: (~5 µs each: a read stays near a quarter of a millisecond).
-_OPEN_READ = 50
+_READ = 50
+#: A window whose second did not fit in the budget reads on while it holds fewer timers than this.
+_READ_BELOW = 2000
 #: A window settles what it sent every this many timers, or this share of its byte budget.
 _SETTLE_EVERY = 500
 _SETTLE_BUDGET_SHARE = 8
 #: How long a window waits before it looks at the frontier again (s).
 _FRONTIER_POLL_S = 0.005
+#: How long a window that must read on waits before it tries again (ms).
+_READ_POLL_MS = 1
 
 
 class PreciseMode:
     def __init__(self, ctx: EngineContext, frontier: RequestFrontier, on_failure: FailFn) -> None:
         self._ctx = ctx
         self._frontier = frontier
-        self.windows = Windows(ctx.config.fire_chunk_size, ctx.budget.ahead, on_failure)
+        self.windows = Windows(ctx.budget.ahead, on_failure)
         self._on_failure = on_failure
         self._monotonic: Callable[[], float] = time.monotonic
 
@@ -65,30 +70,54 @@ class PreciseMode:
         a second of 10 k timers takes tens of milliseconds to read, longer than a timer may wait.
         """
         ctx, windows = self._ctx, self.windows
-        table = ctx.tables(partition)
-        most = windows.max_timers
-        for window in (second + 1, second + 2):
+        for second_ahead in (second + 1, second + 2):
             if not ctx.owns(partition):
                 return  # revoked while the tick fired, or while the window before was read
-            if windows.is_open(partition, window):
+            if windows.is_open(partition, second_ahead):
                 continue
-            items: list[Item] = []
-            after: bytes | None = None
-            room = windows.gauge.max_bytes - windows.gauge.used
-            while room > 0:
-                count = min(_OPEN_READ, most - len(items))
-                # A callback holds its payload twice: half the room, as stored timers.
-                due = table.due_items(
-                    window * 1000, count, after=after, from_ms=(window - 1) * 1000 + 1, max_bytes=room // 2
-                )
-                built = [(due_of_key(key), key, prepare(key, partition, value)) for key, value in due]
-                items.extend(built)
-                room -= sum(callback_bytes(c) for _, _, c in built)
-                if len(due) < count or len(items) >= most:
-                    break
-                after = due[-1][0]
+            window = windows.new(partition, second_ahead)
+            while self._read(window) and not window.gauge.full():
                 await asyncio.sleep(0)
-            windows.open(partition, window, items, self._send)
+            windows.open(window, self._send)
+
+    def _read(self, window: Window) -> bool:
+        """Read on into ``window`` from the table, a slice of its second's timers, as far as the
+        budget has room (a callback holds its payload twice: half the room, as stored timers);
+        whether there may be more. Only where no ingest step is half done (under the lock, or
+        while it is free): what the table holds then is what was written."""
+        if window.complete or window.gauge.full():
+            return not window.complete
+        partition, second = window.partition, window.second
+        room = (window.gauge.max_bytes - window.gauge.used) // 2
+        due = self._ctx.tables(partition).due_items(
+            second * 1000, _READ, after=window.cursor, from_ms=(second - 1) * 1000 + 1, max_bytes=room
+        )
+        for key, value in due:
+            window.add((due_of_key(key), key, prepare(key, partition, value)))
+        if due:
+            window.cursor = due[-1][0]
+        window.complete = len(due) < _READ and sum(len(v) for _, v in due) < room
+        return not window.complete
+
+    async def _read_on(self, window: Window) -> None:
+        """Read ``window``'s timers on from the table while it holds few enough to send and the
+        budget has room: under the lock, taking turns with ingest and the ticks."""
+        ctx = self._ctx
+        while not window.complete and not window.closing:
+            if not window.wants_reading(_READ_BELOW):
+                await asyncio.sleep(_READ_POLL_MS / 1000)  # for its settles to free bytes
+                continue
+            async with ctx.lock:
+                if window.closing or not ctx.owns(window.partition):
+                    return
+                self._read(window)
+            if window.waiter is not None:
+                wake(window.waiter)
+
+    def _load(self, partition: int, key: bytes) -> Callback | None:
+        """The callback of the timer under ``key``, read from the table (for a deferred timer)."""
+        stored = self._ctx.tables(partition).get_raw(key)
+        return None if stored is None else prepare(key, partition, stored)
 
     async def _send(self, window: Window) -> None:
         """Send each timer of ``window`` at its due millisecond, then delete what was sent.
@@ -103,11 +132,17 @@ class PreciseMode:
         end_ms = window.second * 1000
         partition = window.partition
         settle_bytes = max(window.gauge.max_bytes // _SETTLE_BUDGET_SHARE, 1)
+
+        def load(key: bytes) -> Callback | None:
+            return self._load(partition, key)
+
         # Sent timers are settled and deleted a few hundred at a time, beside the sending:
         # all at once at the end of the second, that work (tens of ms a thousand timers)
         # would hold up the next window's first timers.
         settling: list[asyncio.Task[None]] = []
         sent: list[tuple[Callback, int]] = []  # and when each was sent
+        # The timers the budget had no room for when the window opened, read as it frees.
+        reading = None if window.complete else asyncio.create_task(self._read_on(window))
         try:
             deliveries = Deliveries()
             topics: dict[str, KafkaError | None] = {}  # callback topics looked up, for this window
@@ -120,6 +155,9 @@ class PreciseMode:
                 if window.revoked or not ctx.owns(partition):
                     break
                 next_due = window.next_due()
+                if next_due is None and not window.complete:
+                    await window.wait(_READ_POLL_MS / 1000)  # for _read_on to find more
+                    continue
                 wait_ms = (end_ms if next_due is None else next_due) - ctx.clock()
                 if wait_ms > 0:
                     await window.wait(wait_ms / 1000)  # an earlier timer offered meanwhile cuts it short
@@ -132,7 +170,7 @@ class PreciseMode:
                     if not joined:
                         await window.wait(_FRONTIER_POLL_S)
                         continue
-                callback = window.pop()
+                callback = window.pop(load)
                 if callback is None:
                     continue  # cancelled or replaced meanwhile
                 fired_ms = ctx.clock()
@@ -149,6 +187,8 @@ class PreciseMode:
                 sent = []
         finally:
             window.closing = True
+            if reading is not None:
+                reading.cancel()
             # Open until its timers are deleted: the tick of its second waits for that (Windows.done).
             settled = await asyncio.gather(*settling, return_exceptions=True)
             window.settled(c for c, _ in sent)  # left in the table, for the new owner: at least once
@@ -187,13 +227,15 @@ class PreciseMode:
                 outcome = ctx.dispatch.settle(callbacks, deliveries, [f for _, f in sent])
                 await ctx.dispatch.deliver_dead_letters(outcome)
                 part = Changes()
-                for i in outcome.done:
-                    key = sent[i][0].key
-                    if key not in window.removed:
-                        part.records.append((key, None))
-                        part.pending_delta -= 1
+                done = [sent[i] for i in outcome.done if sent[i][0].key not in window.removed]
+                # A series' next occurrence, in the same write and before the tombstone.
+                armed = arm_next(ctx, done, {partition: part})
+                part.fired.extend(callback.key for callback, _ in done)
+                part.pending_delta -= len(done)
                 # Transient failures stay in the table: the next tick's scan retries them.
                 await commit(ctx, {partition: part})
+                for offer in armed:
+                    self.windows.offer(*offer)
         except Exception as exc:
             self._on_failure(exc)
             raise

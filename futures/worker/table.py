@@ -6,6 +6,7 @@ Keys (bytes, compared bytewise by RocksDB):
 key                    value                       in the changelog?
 =====================  ==========================  ======================
 ``t`` + due_ms(8) + id  ``StoredTimer``             yes (tombstone = fired/cancelled)
+``f`` + sequence(8)     keys of fired timers        yes (tombstone = swept)
 ``m:progress``          watermark second (8) and    yes
                        last applied request
                        offset (8), signed
@@ -15,6 +16,14 @@ key                    value                       in the changelog?
 ``m:pending``           count (8)                   no: derived
 ``m:offset``            changelog offset (8)        no: how far the changelog is applied
 =====================  ==========================  ======================
+
+A firing deletes the timers it fired with ``f`` records, each listing the keys of
+thousands of them (:meth:`PartitionTimers.fired_records`): one record where a
+tombstone per timer would cost a produce and a delivery report each. Applied, live
+or replayed, an ``f`` record deletes the timers it lists, so a table rebuilt from the
+changelog is the same either way; it stays in the table until the sweep
+(:mod:`futures.worker.sweep`) has written each listed timer's own tombstone, for
+compaction, and then its own.
 
 The progress record closes every changelog write. Its request offset makes
 applying `timer-request` idempotent: records at or below it were applied
@@ -50,6 +59,7 @@ from rocksdict import BlockBasedIndexType, BlockBasedOptions, Cache, Options, Rd
 from ktimers.wire import due_prefix, split_timer_key, timer_key
 
 TIMER_PREFIX = b"t"
+FIRED_PREFIX = b"f"
 INDEX_PREFIX = b"i"
 PROGRESS_KEY = b"m:progress"
 TOPIC_PROGRESS_PREFIX = b"m:progress:"
@@ -69,6 +79,42 @@ NO_OFFSET = -1
 
 #: A changelog record: (key, value), value None meaning delete.
 Record = tuple[bytes, bytes | None]
+
+#: Bytes of keys an ``f`` record lists at most: a record far below librdkafka's ``message.max.bytes``.
+FIRED_RECORD_BYTES = 256 * 1024
+#: A listed key's length, before it.
+_KEY_LENGTH = struct.Struct(">H")
+
+
+def pack_keys(keys: Sequence[bytes], max_bytes: int = FIRED_RECORD_BYTES) -> list[bytes]:
+    """``keys`` as the values of ``f`` records, each a run of (length, key) of at most ``max_bytes``
+    (or one key)."""
+    values: list[bytes] = []
+    parts: list[bytes] = []
+    size = 0
+    pack = _KEY_LENGTH.pack
+    for key in keys:
+        if size + len(key) + 2 > max_bytes and parts:
+            values.append(b"".join(parts))
+            parts, size = [], 0
+        parts.append(pack(len(key)))
+        parts.append(key)
+        size += len(key) + 2
+    if parts:
+        values.append(b"".join(parts))
+    return values
+
+
+def unpack_keys(value: bytes) -> list[bytes]:
+    """The keys an ``f`` record's value lists."""
+    keys: list[bytes] = []
+    at, end = 0, len(value)
+    while at < end:
+        (length,) = _KEY_LENGTH.unpack_from(value, at)
+        at += 2
+        keys.append(value[at : at + length])
+        at += length
+    return keys
 
 
 def table_key(due_ms: int, timer_id: str) -> bytes:
@@ -156,6 +202,15 @@ class PartitionTimers:
         # opening, and after a changelog replay.
         self._low_ms: int | None = None
         self._low_known = False
+        #: The sequence number of the next ``f`` record: past every one the table holds.
+        self._fired_seq = self._last_fired_seq() + 1
+
+    def _last_fired_seq(self) -> int:
+        it = self._db.iter()
+        it.seek_for_prev(FIRED_PREFIX + b"\xff" * _U64.size)
+        if not it.valid() or not bytes(it.key()).startswith(FIRED_PREFIX):
+            return -1
+        return int(_U64.unpack_from(bytes(it.key()), len(FIRED_PREFIX))[0])
 
     def _read_int(self, key: bytes, codec: struct.Struct, default: int) -> int:
         raw = self._db.get(key)
@@ -319,7 +374,28 @@ class PartitionTimers:
             found += 1
             it.next()
 
+    def unswept(self, max_keys: int) -> list[tuple[bytes, list[bytes]]]:
+        """The oldest ``f`` records, (key, the timer keys it lists), until they list ``max_keys``
+        keys (at least one record, if any)."""
+        found: list[tuple[bytes, list[bytes]]] = []
+        for key, value in self._scan(FIRED_PREFIX):
+            keys = unpack_keys(value)
+            found.append((key, keys))
+            max_keys -= len(keys)
+            if max_keys <= 0:
+                break
+        return found
+
     # -- writes --------------------------------------------------------------
+
+    def fired_records(self, keys: Sequence[bytes], max_bytes: int = FIRED_RECORD_BYTES) -> list[Record]:
+        """The ``f`` records that delete the fired timers ``keys`` (see the module docstring), each
+        of at most ``max_bytes`` of keys."""
+        records: list[Record] = []
+        for value in pack_keys(keys, max_bytes):
+            records.append((FIRED_PREFIX + _U64.pack(self._fired_seq), value))
+            self._fired_seq += 1
+        return records
 
     def apply(self, records: Sequence[Record], offset: int | None, pending_delta: int | None = None) -> None:
         """Apply changelog records in order, atomically, and remember ``offset``.
@@ -336,30 +412,64 @@ class PartitionTimers:
         # batch is not readable before it is written, and a replay batch may put
         # and delete (or put twice) the same key.
         present: dict[bytes, bool] = {}
+        # Index entries this write puts (index key → due bytes): a tombstone of an id's other
+        # version leaves the entry alone (a series' next occurrence is put before the
+        # current one's tombstone, a new version may be put before the old one's).
+        indexed: dict[bytes, bytes] = {}
         # A timer put at or below the watermark (accepted late) lowers the low mark.
         below = TIMER_PREFIX + due_prefix(self._watermark_ms() + 1)
         low = self._low_ms
+        replay = pending_delta is None
+
+        def delete_timer(key: bytes) -> None:
+            nonlocal delta
+            # A timer key is TIMER_PREFIX, the due time (8 bytes) and the id: its index entry
+            # is the id's, holding those 8 bytes. Sliced, not decoded: this runs for every
+            # timer fired.
+            index_key = INDEX_PREFIX + key[_TIMER_ID_AT:]
+            if replay:
+                existed = present.get(key)
+                if existed is None:
+                    existed = self._db.get(key) is not None
+                delta -= existed
+                present[key] = False
+            batch.delete(key)
+            points_at = indexed.get(index_key)
+            if points_at is None and replay:
+                # The put may be in an earlier batch of the same write.
+                raw = self._db.get(index_key)
+                points_at = None if raw is None else bytes(raw)
+            if points_at is None or points_at == key[1:_TIMER_ID_AT]:
+                batch.delete(index_key)
+                indexed.pop(index_key, None)
+
         for key, value in records:
             if key.startswith(TIMER_PREFIX):
-                # A timer key is TIMER_PREFIX, the due time (8 bytes) and the id: its
-                # index entry is the id's, holding those 8 bytes. Sliced, not decoded:
-                # this runs for every timer scheduled and every timer fired.
+                if value is None:
+                    delete_timer(key)
+                    continue
                 index_key = INDEX_PREFIX + key[_TIMER_ID_AT:]
-                if pending_delta is None:
+                if replay:
                     existed = present.get(key)
                     if existed is None:
                         existed = self._db.get(key) is not None
-                    delta += (value is not None) - existed
-                    present[key] = value is not None
+                    delta += 1 - existed
+                    present[key] = True
+                batch.put(key, value)
+                indexed[index_key] = key[1:_TIMER_ID_AT]
+                batch.put(index_key, indexed[index_key])
+                if key < below:
+                    due = due_of_key(key)
+                    low = due if low is None else min(low, due)
+            elif key.startswith(FIRED_PREFIX):
                 if value is None:
-                    batch.delete(key)
-                    batch.delete(index_key)
-                else:
-                    batch.put(key, value)
-                    batch.put(index_key, key[1:_TIMER_ID_AT])
-                    if key < below:
-                        due = due_of_key(key)
-                        low = due if low is None else min(low, due)
+                    batch.delete(key)  # swept: every timer it listed has its own tombstone
+                    continue
+                batch.put(key, value)  # for the sweep
+                for timer_key in unpack_keys(value):
+                    delete_timer(timer_key)
+                seq = int(_U64.unpack_from(key, len(FIRED_PREFIX))[0])
+                self._fired_seq = max(self._fired_seq, seq + 1)
             elif key == PROGRESS_KEY and value is not None:
                 record_watermark, record_offset = _PROGRESS.unpack(value)
                 watermark = max(watermark, record_watermark)

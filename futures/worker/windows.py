@@ -7,7 +7,10 @@ is running a second before its first timer is due: a tick that comes late (it wa
 ingest, or in the broker) delays none of them. Timers accepted into an open window's second
 after it opened join it (:meth:`Windows.offer`); a cancel or a new version takes its timer
 out (:meth:`Windows.cancel`, :meth:`Windows.withdraw`). Timers stay in the table until sent
-and deleted by their window (``TimerEngine._send_window``), so a crash re-sends them.
+and deleted by their window (``PreciseMode._send``), so a crash re-sends them.
+All open windows together hold at most their share of ``TIMERS_FIRE_BUDGET_BYTES``: a second
+whose timers do not fit is read on from the table as its sent timers are settled and free
+their bytes (``Window.cursor``), so each timer still goes out at its own millisecond.
 A revoked partition's windows stop before their next timer (:meth:`Windows.revoke`), and a
 window's failure is reported at once (``on_failure``), never left in its task.
 A window holds its timers' callbacks ready to send (:mod:`futures.worker.callbacks`): built
@@ -59,6 +62,13 @@ class Window:
     held: set[bytes] = field(default_factory=set)  # table keys of every timer it took
     sent: set[bytes] = field(default_factory=set)
     removed: set[bytes] = field(default_factory=set)  # cancelled or replaced by ingest meanwhile
+    #: The table key of the last timer read for it, and whether the table holds no more of its
+    #: second past it: until then, a timer accepted past the cursor is left for the window to read.
+    cursor: bytes | None = None
+    complete: bool = False
+    #: Table keys of timers it takes without their callback, offered while the budget was full:
+    #: read from the table when their turn comes (:meth:`pop`).
+    deferred: set[bytes] = field(default_factory=set)
     #: Set once the window sent its last timer: a timer offered later is left to the tick's scan.
     closing: bool = False
     #: Set when its partition is revoked: it sends, settles and deletes nothing more.
@@ -71,28 +81,51 @@ class Window:
         """Take a timer (a new version replaces a pending one of the same key); True if it
         is now the earliest to send."""
         due_ms, key, callback = item
-        old = self.callbacks.get(key)
-        if old is None:
-            heapq.heappush(self.heap, (due_ms, key))
-        else:
-            self.gauge.used -= callback_bytes(old)
+        self._take(due_ms, key)
         self.callbacks[key] = callback
         self.gauge.used += callback_bytes(callback)
+        return self.heap[0][1] == key
+
+    def defer(self, due_ms: int, key: bytes) -> bool:
+        """Take a timer without building its callback (the budget is full): :meth:`pop` reads it
+        from the table. True if it is now the earliest to send."""
+        self._take(due_ms, key)
+        self.deferred.add(key)
+        return self.heap[0][1] == key
+
+    def _take(self, due_ms: int, key: bytes) -> None:
+        old = self.callbacks.pop(key, None)
+        if old is not None:
+            self.gauge.used -= callback_bytes(old)
+        elif key not in self.deferred:
+            heapq.heappush(self.heap, (due_ms, key))
+        self.deferred.discard(key)
         self.held.add(key)
         self.removed.discard(key)  # withdrawn for this very version: it is the one to send
-        return self.heap[0][1] == key
 
     def next_due(self) -> int | None:
         """Due time (epoch ms) of the next timer to send, if any."""
         return self.heap[0][0] if self.heap else None
 
-    def pop(self) -> Callback | None:
-        """The next timer's callback, or None if it was cancelled or replaced. Its bytes stay
-        counted until it is settled (:meth:`settled`)."""
+    def wants_reading(self, below: int) -> bool:
+        """Whether it should read on from the table: it holds fewer than ``below`` timers to send,
+        its second's table holds more, and the budget has room."""
+        return not self.complete and len(self.heap) < below and not self.gauge.full()
+
+    def pop(self, load: Callable[[bytes], Callback | None]) -> Callback | None:
+        """The next timer's callback (``load``: read it from the table, for a deferred one), or
+        None if it was cancelled, replaced or is gone. Its bytes stay counted until it is
+        settled (:meth:`settled`)."""
         _, key = heapq.heappop(self.heap)
         callback = self.callbacks.pop(key, None)
         if callback is None:
-            return None
+            if key not in self.deferred:
+                return None
+            self.deferred.discard(key)
+            if key in self.removed or (callback := load(key)) is None:
+                return None
+            self.gauge.used += callback_bytes(callback)
+            return callback
         if key in self.removed:
             self.gauge.used -= callback_bytes(callback)
             return None
@@ -106,13 +139,14 @@ class Window:
         """It sends no more: the bytes of the callbacks it still holds are free."""
         self.gauge.used -= sum(callback_bytes(c) for c in self.callbacks.values())
         self.callbacks.clear()
+        self.deferred.clear()
         self.heap.clear()
 
     async def wait(self, seconds: float) -> None:
         """Sleep ``seconds``, or less if :meth:`Windows.offer` adds an earlier timer meanwhile."""
         loop = asyncio.get_running_loop()
         self.waiter = waiter = loop.create_future()
-        timer = loop.call_later(seconds, _wake, waiter)
+        timer = loop.call_later(seconds, wake, waiter)
         try:
             await waiter
         finally:
@@ -120,7 +154,7 @@ class Window:
             self.waiter = None
 
 
-def _wake(waiter: asyncio.Future[None]) -> None:
+def wake(waiter: asyncio.Future[None]) -> None:
     if not waiter.done():
         waiter.set_result(None)
 
@@ -132,11 +166,9 @@ FailFn = Callable[[BaseException], None]
 class Windows:
     """The open windows, by partition and second."""
 
-    def __init__(self, max_timers: int, max_bytes: int, on_failure: FailFn) -> None:
+    def __init__(self, max_bytes: int, on_failure: FailFn) -> None:
         self._open: dict[tuple[int, int], Window] = {}
-        #: Timers a window takes at most (``TIMERS_FIRE_CHUNK_SIZE``), and bytes all of them hold
-        #: at most (a quarter of ``TIMERS_FIRE_BUDGET_BYTES``): the rest wait for a tick's scan.
-        self.max_timers = max_timers
+        #: Bytes all of them hold at most (half of ``TIMERS_FIRE_BUDGET_BYTES``).
         self.gauge = Gauge(max_bytes)
         #: Told of a window whose sending failed (its durable writes failed: the worker must stop).
         self._on_failure = on_failure
@@ -153,12 +185,13 @@ class Windows:
         """The partitions with an open window."""
         return {partition for partition, _ in self._open}
 
-    def open(self, partition: int, second: int, items: list[Item], send: SendFn) -> None:
-        """Run ``send(window)`` for the timers ``items``; it must call :meth:`close` when done."""
-        window = Window(partition, second, self.gauge)
-        for item in items:
-            window.add(item)
-        self._open[(partition, second)] = window
+    def new(self, partition: int, second: int) -> Window:
+        """A window for :meth:`open`, to fill first."""
+        return Window(partition, second, self.gauge)
+
+    def open(self, window: Window, send: SendFn) -> None:
+        """Run ``send(window)``; it must call :meth:`close` when done."""
+        self._open[(window.partition, window.second)] = window
         task = window.task = asyncio.get_running_loop().create_task(send(window))
         self._tasks.add(task)
         task.add_done_callback(self._ended)
@@ -185,7 +218,7 @@ class Windows:
                 del self._open[key]
                 window.revoked = window.closing = True
                 if window.waiter is not None:
-                    _wake(window.waiter)
+                    wake(window.waiter)
 
     async def done(self, seconds: Mapping[int, int]) -> None:
         """Wait until the windows of each partition up to its second in ``seconds`` have sent
@@ -205,16 +238,16 @@ class Windows:
         """A timer just accepted into the table (``stored``: its ``StoredTimer`` bytes): its window
         sends it, if that window is open and still sending; otherwise a tick's scan finds it."""
         window = self._open.get((partition, window_of(due_ms)))
-        if (
-            window is None
-            or window.closing
-            or key in window.sent
-            or len(window.held) >= self.max_timers
-            or self.gauge.full()
-        ):
+        if window is None or window.closing or key in window.sent:
             return
-        if window.add((due_ms, key, prepare(key, partition, stored))) and window.waiter is not None:
-            _wake(window.waiter)
+        if not window.complete and (window.cursor is None or key > window.cursor):
+            return  # the window reads it from the table when it gets there
+        if self.gauge.full():
+            earliest = window.defer(due_ms, key)
+        else:
+            earliest = window.add((due_ms, key, prepare(key, partition, stored)))
+        if earliest and window.waiter is not None:
+            wake(window.waiter)
 
     def cancel(self, partition: int, due_ms: int, key: bytes) -> bool:
         """For a cancel: take the timer out of its window; True if it was sent already."""

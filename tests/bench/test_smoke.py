@@ -61,6 +61,18 @@ def test_every_measurement_produces_a_figure(smoke_run: tuple[int, Path]) -> Non
         assert fire["series_rate"], fire
         # Both clocks of every callback were read: at dispatch (kt-fired-ms) and at the receiver.
         assert late["fired_p99_ms"] is not None and late["p99_ms"] is not None, fire
+    # The sustained-rate search ran for the worker and for the in-memory Redis design: from the
+    # profile's start, the rate doubled if held and halved if not, every callback back, none early.
+    sustained = {s["system"]: s for s in results["sustained"]}
+    assert set(sustained) == {"kafka-timers", "redis-zset"}
+    for found in sustained.values():
+        first, second = found["steps"]
+        assert first["rate"] == 200
+        assert second["rate"] == (100 if first["failed"] else 400)
+        for step in found["steps"]:
+            late = step["fire"]["lateness"]
+            assert late["received"] == late["expected"] == step["fire"]["timers"], step
+            assert late["early"] == 0, step
     assert set(results["zadd_rates"]) == {"redis-zset", "redis-zset-aof"}
     assert all(rate > 0 for rate in results["zadd_rates"].values())
     capacity = {c["system"]: c for c in results["capacity"]}
@@ -75,8 +87,8 @@ def test_every_measurement_produces_a_figure(smoke_run: tuple[int, Path]) -> Non
 def test_report_shows_the_tables_targets_and_plots(smoke_run: tuple[int, Path]) -> None:
     _status, out = smoke_run
     report = (out / "BENCHMARKS.md").read_text()
-    headings = ("### Throughput", "### Lateness", "### Precise mode", "### Capacity", "## Targets",
-                "## Machine and versions")  # fmt: skip
+    headings = ("### Throughput", "### Lateness", "### Precise mode", "### Sustained rate", "### Capacity",
+                "## Targets", "## Machine and versions")  # fmt: skip
     for heading in headings:
         assert heading in report
     assert "ratio to ceiling" in report
@@ -86,5 +98,8 @@ def test_report_shows_the_tables_targets_and_plots(smoke_run: tuple[int, Path]) 
     assert "Ingest, batched records ≥ 100 k/s" in report
     assert "| Never early (every workload, both modes, every run) | 0 early of" in report
     assert "| precise hot second (500 timers due in one second) |" in report
+    sustained = report.split("<!-- results:sustained -->", 1)[1].split("<!-- /results:sustained -->")[0]
+    assert "| kafka-timers | " in sustained and "| redis-zset | " in sustained
+    assert "Sustained rate (held 2 s, p99 at the receiver ≤ 1.1 s, second mode)" in report
     for plot in ("hot-second.png", "lateness.png", "fire-rate.png"):
         assert (out / "bench" / plot).read_bytes().startswith(PNG_MAGIC)

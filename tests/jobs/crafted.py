@@ -90,9 +90,17 @@ class Events:
     batch_size: int = 0
     _open: dict[int, list[TimerEvent]] = field(default_factory=lambda: defaultdict(list))
 
-    def add(self, kind: int, partition: int, timer_id: str, offset: int = -1, due_ms: int = 0) -> None:
+    def add(
+        self, kind: int, partition: int, timer_id: str, offset: int = -1, due_ms: int = 0, reason: str = ""
+    ) -> None:
         event = TimerEvent(
-            id=timer_id, kind=kind, partition=partition, source_offset=offset, due_ms=due_ms, at_ms=T0
+            id=timer_id,
+            kind=kind,
+            partition=partition,
+            source_offset=offset,
+            due_ms=due_ms,
+            at_ms=T0,
+            reason=reason,
         )
         if not self.batch_size:
             self.log.append(partition, event.SerializeToString(), timer_id.encode())

@@ -12,16 +12,25 @@ from google.protobuf.message import DecodeError
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from ktimers import recurrence
 from ktimers.wire import (
+    H_OCCURRENCE,
     KIND_BATCH,
     KIND_HEADER,
     FiredTimers,
     Future,
+    Header,
+    Recurrence,
+    StoredTimer,
     TimerEvent,
     TimerEventBatch,
+    callback_header_values,
+    callback_headers,
     decode_events,
     due_prefix,
     encode_second_key,
+    lay_out_callback_headers,
+    occurrence_headers,
     parse_second_key,
     split_timer_key,
     timer_key,
@@ -209,3 +218,23 @@ def test_fired_columns_of_any_length_give_events_or_a_decode_error(
         assert "differ in length" in str(exc)
         return
     assert [(e.id, e.due_ms, e.source_offset) for e in events] == list(zip(ids, due, offsets, strict=True))
+
+
+def test_callback_headers_carry_kt_occurrence_where_the_worker_puts_it() -> None:
+    """The jobs' builder and the worker's (values, then the ordinal, then the layout) agree."""
+    assert (recurrence.H_OCCURRENCE, recurrence.occurrence_headers) == (H_OCCURRENCE, occurrence_headers)
+    one_shot = Future(id="t", due_ms=5_000, headers=[Header(key="tenant", value=b"a")], token="tok")
+    series = Future(id="s", due_ms=65_000, recurrence=Recurrence(interval_ms=60_000, ordinal=2))
+    first = Future(id="f", due_ms=5_000, recurrence=Recurrence(cron="@hourly"))  # ordinal 0 means 1
+    fired = b"70000"
+    for future, expected in (
+        (one_shot, [("tenant", b"a"), ("kt-id", b"t"), ("kt-due-ms", b"5000"), ("kt-token", b"tok"),
+                    ("kt-fired-ms", fired)]),
+        (series, [(H_OCCURRENCE, b"2"), ("kt-id", b"s"), ("kt-due-ms", b"65000"), ("kt-fired-ms", fired)]),
+        (first, [(H_OCCURRENCE, b"1"), ("kt-id", b"f"), ("kt-due-ms", b"5000"), ("kt-fired-ms", fired)]),
+    ):  # fmt: skip
+        timer = StoredTimer(future=future)
+        own, timer_id, due, token = callback_header_values(timer)
+        _, own = occurrence_headers(timer, own)
+        assert callback_headers(timer, fired) == lay_out_callback_headers(own, timer_id, due, token, fired)
+        assert callback_headers(timer, fired) == expected

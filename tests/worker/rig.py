@@ -17,7 +17,7 @@ from futures.worker.config import WorkerConfig
 from futures.worker.engine import TimerEngine
 from futures.worker.kafka import KafkaWriter
 from futures.worker.metrics import WorkerMetrics
-from futures.worker.table import PartitionTimers
+from futures.worker.table import FIRED_PREFIX, TIMER_PREFIX, PartitionTimers, unpack_keys
 from ktimers.config import BrokerProfile, CommonConfig, KafkaConfig
 from ktimers.wire import Cancel, Future, Header, Tick, TimerEvent, encode_second_key
 from tests.worker.fakes import FakeProducer, FakeTopics, Sent
@@ -168,6 +168,20 @@ class Rig:
 
     def changelog(self, partition: int = 0) -> list[Sent]:
         return [s for s in self.producer.on(self.config.changelog_topic) if s.partition == partition]
+
+    def deletions(self, partition: int = 0, delivered_only: bool = False) -> list[tuple[bytes, Sent]]:
+        """Each timer deleted through the changelog: (its table key, the record that deleted it —
+        its tombstone, or the ``f`` record that lists it)."""
+        found: list[tuple[bytes, Sent]] = []
+        for sent in self.changelog(partition):
+            key = sent.key or b""
+            if delivered_only and not sent.delivered:
+                continue
+            if key.startswith(TIMER_PREFIX) and sent.value is None:
+                found.append((key, sent))
+            elif key.startswith(FIRED_PREFIX) and sent.value is not None:
+                found.extend((listed, sent) for listed in unpack_keys(sent.value))
+        return found
 
     def pending_ids(self, partition: int = 0) -> list[str]:
         return [d.timer_id for d in self.table(partition).iter_pending()]

@@ -28,6 +28,7 @@ from ktimers.wire import (
     Future,
     FutureBatch,
     Header,
+    Recurrence,
 )
 
 NOW_MS = 1_795_000_000_000
@@ -156,3 +157,14 @@ def test_timers_without_an_id_get_the_derived_one() -> None:
     timers = decode(SourceRecord(TOPICS.request, 3, 9, None, value, ((KIND_HEADER, KIND_BATCH),)), context)
     assert timers is not None
     assert timers.ids == ["seed-3-9-0", "seed-3-9-1"]
+
+
+def test_a_recurring_timer_is_left_to_the_parser_which_the_worker_checks_it_after() -> None:
+    context = RequestParser(WORKER, NOW_MS).context
+    plain = Future(id="a", due_ms=NOW_MS, callBackTopic="orders")
+    series = Future(id="b", due_ms=NOW_MS, callBackTopic="orders", recurrence=Recurrence(interval_ms=60_000))
+    for value, headers in (
+        (series.SerializeToString(), ()),
+        (FutureBatch(futures=[plain, series]).SerializeToString(), ((KIND_HEADER, KIND_BATCH),)),
+    ):
+        assert decode(SourceRecord(TOPICS.request, 1, 5, None, value, headers), context) is None

@@ -174,7 +174,7 @@ def test_what_was_prepared_ahead_for_a_revoked_partition_is_dropped_at_once(
 
 def test_a_revoked_window_wakes_and_ends_and_a_failed_one_is_reported() -> None:
     failures: list[BaseException] = []
-    windows = Windows(100, 1 << 20, failures.append)
+    windows = Windows(1 << 20, failures.append)
 
     async def wait_long(window: Window) -> None:
         try:
@@ -188,17 +188,64 @@ def test_a_revoked_window_wakes_and_ends_and_a_failed_one_is_reported() -> None:
         raise DeliveryError("changelog record(s) not delivered")
 
     async def scenario() -> None:
-        windows.open(0, T, [], wait_long)
-        windows.open(1, T, [], wait_long)
+        windows.open(windows.new(0, T), wait_long)
+        windows.open(windows.new(1, T), wait_long)
         windows.revoke({0})
         assert windows.partitions() == {1}
         await asyncio.sleep(0.01)
         waiting = [task for task in asyncio.all_tasks() if task is not asyncio.current_task()]
         assert len(waiting) == 1, "the revoked window still waits"
-        windows.open(2, T, [], fail)
+        windows.open(windows.new(2, T), fail)
         await asyncio.wait_for(windows.done({2: T}), 1)  # waits for it to end, does not raise
         windows.revoke({1})
         await asyncio.sleep(0.01)
 
     asyncio.run(scenario())
     assert [str(f) for f in failures] == ["changelog record(s) not delivered"]
+
+
+def test_a_second_larger_than_the_budget_is_read_on_as_it_sends_and_cancels_still_win(
+    tmp_path: Path,
+) -> None:
+    # The windows' half of the smallest budget holds about two callbacks of 100 KB.
+    config = WorkerConfig(common=CommonConfig(kafka=KafkaConfig()), precise=True, fire_budget_bytes=1 << 20)
+    rig = OwnerRig(tmp_path, config)
+    rig.now = START + 10
+    big = b"x" * 100_000
+    due = {f"a{i}": START + 100 + 100 * i for i in range(6)}
+
+    async def scenario() -> None:
+        await rig.engine.ingest([rig.request(t, d, payload=big) for t, d in due.items()])
+        await rig.engine.advance([rig.tick_record(T - 1)])  # opens window T: it holds a0, a1
+        window = rig.engine._precise.windows._open[(0, T)]  # type: ignore[union-attr]
+        assert not window.complete
+        await rig.engine.ingest(
+            [
+                rig.request("early", START + 50, payload=big),  # before the cursor, no room: deferred
+                rig.request("late", START + 650),  # past the cursor: the window reads it there
+                rig.cancel("a4"),  # not read yet: the window never sees it
+            ]
+        )
+        assert len(window.deferred) == 1 and len(window.held) == 4  # a0..a2 read, "early" deferred
+        for step in range(START + 50, START + 1010, 10):
+            rig.now = step
+            await asyncio.sleep(0.003)
+        await _until(lambda: len(rig.produced()) == 7)
+        await rig.engine.advance([rig.tick_record(T)])
+
+    try:
+        asyncio.run(scenario())
+        assert rig.produced() == ["early", "a0", "a1", "a2", "a3", "a5", "late"]
+        fired = {
+            (s.header("kt-id") or b"").decode(): int(s.header("kt-fired-ms") or 0)
+            for s in rig.producer.sent
+            if s.topic == "orders"
+        }
+        assert all(
+            fired[t] >= d for t, d in {**due, "early": START + 50, "late": START + 650}.items() if t != "a4"
+        )
+        assert rig.pending_ids(0) == []
+        assert rig.engine._precise.windows.gauge.used == 0  # type: ignore[union-attr]
+        assert rig.fatal == []
+    finally:
+        rig.close()

@@ -265,6 +265,28 @@ def _schemas() -> Json:
                 "payload_encoding": {"type": "string", "enum": ["utf-8", "base64"]},
                 "payload_truncated": {"type": "boolean"},
                 "has_token": {"type": "boolean"},
+                "series": {
+                    "type": "object",
+                    "description": "A recurring timer only: its rule, and its pending occurrence (due at "
+                    "`due_ms`) and the one after",
+                    "properties": {
+                        "cron": {**string, "nullable": True},
+                        "time_zone": {**string, "nullable": True},
+                        "interval_ms": {**integer, "nullable": True},
+                        "until_ms": {**integer, "nullable": True},
+                        "max_count": {**integer, "nullable": True},
+                        "occurrence": {
+                            **integer,
+                            "description": "ordinal of the pending occurrence (1: the first)",
+                        },
+                        "first_due_ms": _MS,
+                        "following_due_ms": {
+                            **integer,
+                            "nullable": True,
+                            "description": "the occurrence after the pending one; null when the series ends",
+                        },
+                    },
+                },
                 "headers": {
                     "type": "array",
                     "items": {

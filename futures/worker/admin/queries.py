@@ -18,7 +18,8 @@ from typing import Any
 from futures.worker.admin.params import MAX_DUE_MS, Cursor
 from futures.worker.status import PartitionTicks, WorkerStatus
 from futures.worker.table import DueTimer, PartitionTimers
-from ktimers.wire import StoredTimer, text_or_repr
+from ktimers.recurrence import RecurrenceError, ordinal_of, series_of
+from ktimers.wire import Future, StoredTimer, text_or_repr
 
 Json = dict[str, Any]
 
@@ -95,6 +96,8 @@ def detail_json(located: Located, with_payload: bool = False) -> Json:
         "accepted_ms": stored.accepted_ms,
         "payload_shown": with_payload,
     }
+    if future.HasField("recurrence"):
+        detail["series"] = series_json(future)
     if not with_payload:
         return detail
     payload = future.callBack[:PAYLOAD_PREVIEW_BYTES]
@@ -109,6 +112,30 @@ def detail_json(located: Located, with_payload: bool = False) -> Json:
         "payload": shown,
         "payload_encoding": encoding,
         "payload_truncated": len(future.callBack) > PAYLOAD_PREVIEW_BYTES,
+    }
+
+
+def series_json(future: Future) -> Json:
+    """A recurring timer's series: its rule, the pending occurrence (``occurrence``, due at the
+    timer's ``due_ms``) and the one after it, if its rule and limits leave one."""
+    recurrence = future.recurrence
+    try:
+        # The one after the pending occurrence, were that to fire on time.
+        following = series_of(recurrence, future.due_ms).next_after(future.due_ms, future.due_ms)
+    except RecurrenceError:
+        following = None
+    ordinal = ordinal_of(recurrence)
+    if recurrence.max_count and ordinal >= recurrence.max_count:
+        following = None
+    return {
+        "cron": recurrence.cron or None,
+        "time_zone": (recurrence.time_zone or "UTC") if recurrence.cron else None,
+        "interval_ms": recurrence.interval_ms or None,
+        "until_ms": recurrence.until_ms if recurrence.HasField("until_ms") else None,
+        "max_count": recurrence.max_count or None,
+        "occurrence": ordinal,
+        "first_due_ms": recurrence.first_due_ms or future.due_ms,
+        "following_due_ms": following,
     }
 
 

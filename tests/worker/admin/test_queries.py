@@ -11,6 +11,7 @@ from futures.worker.admin import params, queries
 from futures.worker.admin.params import ApiError, Cursor
 from futures.worker.status import PartitionTicks
 from futures.worker.table import PartitionTimers, progress_record, table_key
+from ktimers.timers_pb2 import Recurrence
 from ktimers.wire import Future, StoredTimer
 
 T = 1_795_000_000
@@ -139,3 +140,31 @@ def test_reschedule_body() -> None:
     for bad in ({"due_ms": True}, {"delay_s": float("nan")}, {}, None, {"due_ms": 2**63}):
         with pytest.raises(ApiError):
             params.reschedule_body(bad, now_ms=T_MS)
+
+
+def test_a_recurring_timer_shows_its_series_and_the_occurrence_after_the_pending_one(
+    tables: dict[int, PartitionTimers],
+) -> None:
+    due = T_MS + 500
+    future = Future(
+        callBackTopic="cb",
+        id="daily",
+        due_ms=due,
+        recurrence=Recurrence(
+            interval_ms=86_400_000, max_count=5, ordinal=4, first_due_ms=due - 3 * 86_400_000
+        ),
+    )
+    value = StoredTimer(future=future).SerializeToString()
+    tables[0].apply([(table_key(due, "daily"), value)], offset=None)
+    located = queries.find(tables, "daily")
+    assert located is not None
+    series = queries.detail_json(located)["series"]
+    assert series["occurrence"] == 4
+    assert series["first_due_ms"] == due - 3 * 86_400_000
+    assert series["following_due_ms"] == due + 86_400_000  # the fifth, the last
+    assert (series["interval_ms"], series["max_count"], series["cron"]) == (86_400_000, 5, None)
+    future.recurrence.ordinal = 5
+    tables[0].apply([(table_key(due, "daily"), StoredTimer(future=future).SerializeToString())], offset=None)
+    located = queries.find(tables, "daily")
+    assert located is not None and queries.detail_json(located)["series"]["following_due_ms"] is None
+    assert "series" not in queries.summary_json(located)

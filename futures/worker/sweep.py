@@ -1,0 +1,65 @@
+"""The sweep: each fired timer's own tombstone, written after its firing, when no tick waits.
+
+A firing deletes its timers with ``f`` records that list thousands of them each
+(:meth:`~futures.worker.table.PartitionTimers.fired_records`): one produce where a
+tombstone per timer would cost a produce and a delivery report each, on the path
+between a tick and its callbacks. Replayed, an ``f`` record deletes the same timers, so
+recovery gives the same table. But a compacted changelog keeps each key's last
+record, so every fired timer's put would stay in it, and come back on a replay that
+starts past its ``f`` record's deletion: the sweep writes each listed timer's
+tombstone, then the ``f`` record's own, in one changelog write, a bounded number at a
+time (:meth:`Sweep.step`, run by :meth:`TimerEngine.run` when no tick waits).
+
+A timer put again under the same key since it fired (the same id due at the same
+time) gets no tombstone: it is pending, and its put comes after the ``f`` record in the
+changelog. The tombstones change nothing in the table (the timers are gone), so they
+are written to the changelog only; the ``f`` record's tombstone removes it from the table.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from futures.worker.changelog import Changes, commit
+from futures.worker.context import EngineContext
+
+#: Fired timers a step tombstones at most (~2 µs each to check, produce and confirm, beside the
+#: write's broker round trips): a tick that comes during a step waits ~10-20 ms for the lock.
+STEP_KEYS = 5000
+
+
+class Sweep:
+    def __init__(self, ctx: EngineContext) -> None:
+        self._ctx = ctx
+        #: Partitions whose tables may hold ``f`` records: every partition the worker fires.
+        self._partitions: set[int] = set()
+
+    def note(self, partitions: Iterable[int]) -> None:
+        """``partitions`` fired (or may hold ``f`` records from before a restart)."""
+        self._partitions.update(partitions)
+
+    async def step(self, max_keys: int = STEP_KEYS) -> bool:
+        """Tombstone up to about ``max_keys`` swept timers and their ``f`` records; whether more are left."""
+        ctx = self._ctx
+        async with ctx.lock:
+            changes: dict[int, Changes] = {}
+            left = max_keys
+            for partition in sorted(self._partitions):
+                if left <= 0:
+                    break
+                if not ctx.owns(partition):
+                    self._partitions.discard(partition)  # its new owner sweeps it
+                    continue
+                table = ctx.tables(partition)
+                found = table.unswept(left)
+                if not found:
+                    self._partitions.discard(partition)
+                    continue
+                part = changes[partition] = Changes()
+                for fired_key, keys in found:
+                    part.changelog_only.extend((key, None) for key in keys if table.get_raw(key) is None)
+                    part.records.append((fired_key, None))
+                    left -= len(keys)
+            if changes:
+                await commit(ctx, changes)
+            return left <= 0
