@@ -63,8 +63,10 @@ class Changes:
         )
 
 
-async def commit(ctx: EngineContext, changes: dict[int, Changes]) -> None:
+async def commit(ctx: EngineContext, changes: dict[int, Changes], *, send_now: bool = False) -> None:
     """Write ``changes`` to the changelog, wait for them, then apply them to the local tables.
+
+    ``send_now``: the records do not linger in the producer (:meth:`KafkaWriter.delivered`).
 
     On the embedded broker, the progress record in a batch of its own also keeps Faust's
     table recovery exact: Tansu reports a partition's end as its last batch's first offset + 1.
@@ -87,7 +89,7 @@ async def commit(ctx: EngineContext, changes: dict[int, Changes]) -> None:
         ]
         writer.produce_many(changelog, partition, staged[partition], deliveries)
     side = dispatch.take_side()  # this write's events and dead letters
-    await writer.delivered(deliveries, side)
+    await writer.delivered(deliveries, side, send_now=send_now)
     deliveries.raise_first("changelog")
     side.raise_first("event or dead-letter")
     # The tails come last in their partitions: their offsets are how far the changelog is written.
@@ -100,7 +102,7 @@ async def commit(ctx: EngineContext, changes: dict[int, Changes]) -> None:
         )
         staged[partition].append(tail)
         writer.produce(changelog, tail[0], tail[1], partition=partition, deliveries=deliveries)
-    await writer.delivered(deliveries)
+    await writer.delivered(deliveries, send_now=send_now)
     deliveries.raise_first("changelog")
     for partition, records in staged.items():
         ctx.tables(partition).apply(

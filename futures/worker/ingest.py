@@ -19,23 +19,28 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import struct
 from collections import defaultdict, deque
 from collections.abc import Awaitable, Callable, Sequence
 
 from futures.ingress.records import SourceRecord
-from futures.ingress.requests import CancelRequest, RequestParser, Schedule
+from futures.ingress.requests import CancelRequest, Request, RequestParser, Schedule
 from futures.worker.changelog import Changes, commit
+from futures.worker.columns import Decoder, Timers
 from futures.worker.config import LatePolicy
 from futures.worker.context import EngineContext
 from futures.worker.gaps import GapReader
 from futures.worker.series import is_recurring, reject_invalid
-from futures.worker.table import PartitionTimers, table_key
+from futures.worker.table import TIMER_PREFIX, PartitionTimers, table_key
 from futures.worker.windows import Windows
+from ktimers.config import IngressFormat
 from ktimers.wire import TimerEvent
 
 log = logging.getLogger(__name__)
 
 Kind = TimerEvent.Kind
+#: A table key's due time (:func:`~futures.worker.table.table_key`), packed in the staging loop.
+_DUE = struct.Struct(">Q")
 #: Precise mode: timers staged between two chances for the sending windows to run.
 _YIELD_EVERY = 200
 
@@ -63,8 +68,11 @@ class Ingest:
             records = self.owned(records)
             now = self._ctx.clock()
             parser = RequestParser(self._ctx.config.parse_limits, now)
+            decode = Decoder(parser.context).decode
+            topics = self._ctx.config.parse_limits.topics
+            native = {t for t in {r.topic for r in records} if topics.format_of(t) is IngressFormat.NATIVE}
             changes: dict[int, Changes] = defaultdict(Changes)
-            staged = yielded = 0
+            staged = 0
             request_topic = self._ctx.config.common.topics.request
             queue = deque((record, True) for record in records)
             while queue:
@@ -95,30 +103,60 @@ class Ingest:
                     part.request_offset = record.offset
                 else:
                     part.topic_offsets[record.topic] = record.offset
-                for request in parser.parse(record):
-                    staged += 1
-                    if isinstance(request, Schedule):
-                        self._schedule(request, part, now, table)
-                    elif isinstance(request, CancelRequest):
-                        self._cancel(request, part)
-                    else:
-                        self._ctx.dispatch.reject(
-                            request.record, request.reason, request.detail, request.timer_id, request.headers
-                        )
-                    if staged >= yielded + _YIELD_EVERY and self._windows:
-                        # A precise window is sending timers at their millisecond: let it run
-                        # between requests, also inside a batch record (it does not touch the tables).
-                        yielded = staged
-                        await asyncio.sleep(0)
+                timers = decode(record) if record.topic in native else None
+                if timers is not None:
+                    # The common case, a record of valid timers: staged column by column.
+                    staged = await self._schedule(timers, part, now, table, staged)
+                else:
+                    staged = await self._stage_parsed(parser.parse(record), part, now, table, staged)
                 if staged >= self._ctx.config.fire_chunk_size:
                     await self._apply_staged(changes)
-                    changes, staged, yielded = defaultdict(Changes), 0, 0
+                    changes, staged = defaultdict(Changes), 0
             await self._apply_staged(changes)
+
+    async def _stage_parsed(
+        self, requests: list[Request], part: Changes, now: int, table: PartitionTimers, staged: int
+    ) -> int:
+        """Stage what the general parser made of a record; returns ``staged`` plus its requests."""
+        for request in requests:
+            if isinstance(request, Schedule):
+                timer, record = request.timer, request.record
+                if timer.future.HasField("recurrence") and reject_invalid(self._ctx, record, timer):
+                    staged = await self._pause(staged + 1)
+                    continue
+                timer_id = timer.future.id
+                one = Timers(
+                    record,
+                    [timer_id],
+                    [timer_id.encode()],
+                    [timer.future.due_ms],
+                    [timer.future.callBackTopic],
+                    [timer.SerializeToString()],
+                )
+                staged = await self._schedule(one, part, now, table, staged)
+                continue
+            staged += 1
+            if isinstance(request, CancelRequest):
+                self._cancel(request, part)
+            else:
+                self._ctx.dispatch.reject(
+                    request.record, request.reason, request.detail, request.timer_id, request.headers
+                )
+            staged = await self._pause(staged)
+        return staged
+
+    async def _pause(self, staged: int) -> int:
+        if staged % _YIELD_EVERY == 0 and self._windows is not None:
+            # A precise window is sending timers at their millisecond: let it run
+            # between requests, also inside a batch record (it does not touch the tables).
+            await asyncio.sleep(0)
+        return staged
 
     async def _apply_staged(self, changes: dict[int, Changes]) -> None:
         """Write an ingest step to the changelog and the tables, then fire the timers it
         accepted already due, as a tick fires (they are in the table by then)."""
-        await commit(self._ctx, changes)
+        # The step waits for its records alone: a linger would be time it holds the requests.
+        await commit(self._ctx, changes, send_now=True)
         late = {p: self._ctx.tables(p).watermark for p, part in changes.items() if part.late}
         if late:
             await self._fire(late)
@@ -169,54 +207,75 @@ class Ingest:
         self._ctx.metrics.cancelled.inc()
         self._ctx.dispatch.event(request.timer_id, Kind.CANCELLED, partition, due_ms=due)
 
-    def _schedule(self, request: Schedule, part: Changes, now: int, table: PartitionTimers) -> None:
-        """Stage a schedule (one already due is fired once the step is written: ``part.late``).
+    async def _schedule(
+        self, timers: Timers, part: Changes, now: int, table: PartitionTimers, staged: int
+    ) -> int:
+        """Stage the timers of one record, in order; returns ``staged`` plus their number.
 
-        Runs once per timer at bulk ingest rates (a FutureBatch): keep it lean.
+        Latest wins: an older version of a timer, in the table or staged earlier in the
+        step, is removed, not fired. A timer already due (at or below the partition's
+        clock) is fired once the step is written (``part.late``), unless it is later than
+        ``TIMERS_MAX_LATENESS_S`` allows. Runs once per timer at bulk ingest rates (a
+        FutureBatch): keep the loop lean, and per-timer work in it.
         """
-        partition = request.record.partition
-        timer_id, due_ms = request.timer_id, request.due_ms
-        if request.timer.future.HasField("recurrence") and reject_invalid(
-            self._ctx, request.record, request.timer
-        ):
-            return
-        old_due = self._current_due(part, table, timer_id)
-        new_key = table_key(due_ms, timer_id)
-        if old_due is not None and self._windows is not None:
-            self._windows.withdraw(partition, old_due, table_key(old_due, timer_id))
-        if old_due is not None and table_key(old_due, timer_id) != new_key:
-            # Latest wins: the older version is removed, not fired.
-            part.records.append((table_key(old_due, timer_id), None))
-            part.overlay[timer_id] = None
-            part.pending_delta -= 1
-            old_due = None
-        late = table.watermark >= 0 and due_ms <= table.watermark * 1000
-        if late:
-            config = self._ctx.config
-            lateness_s = (now - due_ms) / 1000
-            if lateness_s > config.max_lateness_s and config.late_policy is not LatePolicy.FIRE:
-                detail = f"due {lateness_s:.1f}s ago, more than TIMERS_MAX_LATENESS_S={config.max_lateness_s}"
-                if config.late_policy is LatePolicy.DLQ:
-                    self._ctx.dispatch.reject(request.record, "too-late", detail, timer_id)
-                else:
-                    self._ctx.metrics.rejected.labels("too-late").inc()
-                    self._ctx.dispatch.event(
-                        timer_id,
-                        Kind.REJECTED,
-                        partition,
-                        due_ms=due_ms,
-                        reason=f"too-late (dropped): {detail}",
-                    )
-                return
-            part.late = True
-        value = request.timer.SerializeToString()
-        part.records.append((new_key, value))
-        part.overlay[timer_id] = due_ms
-        if self._windows is not None:
-            part.offers.append((timer_id, due_ms, new_key, value))
-        if old_due is None:
-            part.pending_delta += 1
-        part.scheduled += 1
-        self._ctx.dispatch.scheduled(
-            timer_id, due_ms, partition, request.record.offset, request.timer.future.callBackTopic, now
-        )
+        record = timers.record
+        partition, offset = record.partition, record.offset
+        ctx, windows = self._ctx, self._windows
+        scheduled = ctx.dispatch.scheduled
+        overlay, records = part.overlay, part.records
+        late_ms = table.watermark * 1000 if table.watermark >= 0 else -1
+        ids, id_bytes, dues, topics = timers.ids, timers.id_bytes, timers.due_ms, timers.callback_topics
+        # Each id's version in the table, looked up together: the table changes only when the
+        # step is written; versions staged earlier in the step are in the overlay.
+        in_table = table.dues_of_ids(id_bytes) if len(id_bytes) > 1 else [table.due_of_id(id_bytes[0])]
+        for i, stored in enumerate(timers.stored):
+            timer_id, due_ms = ids[i], dues[i]
+            encoded = id_bytes[i]
+            old_due = overlay[timer_id] if timer_id in overlay else in_table[i]
+            new_key = TIMER_PREFIX + _DUE.pack(due_ms) + encoded
+            if old_due is not None:
+                old_key = TIMER_PREFIX + _DUE.pack(old_due) + encoded
+                if windows is not None:
+                    windows.withdraw(partition, old_due, old_key)
+                if old_key != new_key:
+                    # Latest wins: the older version is removed, not fired.
+                    records.append((old_key, None))
+                    overlay[timer_id] = None
+                    part.pending_delta -= 1
+                    old_due = None
+            staged += 1
+            if windows is not None and staged % _YIELD_EVERY == 0:
+                await asyncio.sleep(0)  # let precise windows send (see _pause)
+            if due_ms <= late_ms:
+                if self._too_late(record, timer_id, due_ms, now, partition):
+                    continue
+                part.late = True
+            records.append((new_key, stored))
+            overlay[timer_id] = due_ms
+            if windows is not None:
+                part.offers.append((timer_id, due_ms, new_key, stored))
+            if old_due is None:
+                part.pending_delta += 1
+            part.scheduled += 1
+            scheduled(timer_id, due_ms, partition, offset, topics[i], now)
+        return staged
+
+    def _too_late(self, record: SourceRecord, timer_id: str, due_ms: int, now: int, partition: int) -> bool:
+        """Whether a timer due already is refused (``TIMERS_LATE_POLICY``); if so, it is reported."""
+        config = self._ctx.config
+        lateness_s = (now - due_ms) / 1000
+        if lateness_s <= config.max_lateness_s or config.late_policy is LatePolicy.FIRE:
+            return False
+        detail = f"due {lateness_s:.1f}s ago, more than TIMERS_MAX_LATENESS_S={config.max_lateness_s}"
+        if config.late_policy is LatePolicy.DLQ:
+            self._ctx.dispatch.reject(record, "too-late", detail, timer_id)
+        else:
+            self._ctx.metrics.rejected.labels("too-late").inc()
+            self._ctx.dispatch.event(
+                timer_id,
+                Kind.REJECTED,
+                partition,
+                due_ms=due_ms,
+                reason=f"too-late (dropped): {detail}",
+            )
+        return True

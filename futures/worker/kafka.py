@@ -95,6 +95,9 @@ _POLL_SOON_S = 0.001
 _POLL_SOON_FOR_S = 0.1
 _POLL_LATER_S = 0.01
 
+#: How long :meth:`KafkaWriter.delivered` blocks to send lingering records at once (s).
+SEND_NOW_S = 0.001
+
 #: ``partition`` of :meth:`KafkaWriter.produce` when the producer's partitioner chooses (librdkafka's UA).
 ANY_PARTITION = -1
 
@@ -203,8 +206,13 @@ class KafkaWriter:
                 self.produce(topic, key, value, partition=partition, deliveries=deliveries)
         deliveries.pending += count
 
-    async def delivered(self, *groups: Deliveries) -> None:
+    async def delivered(self, *groups: Deliveries, send_now: bool = False) -> None:
         """Wait until every record of ``groups`` has its delivery report.
+
+        ``send_now``: do not let the records linger. librdkafka waits ``linger.ms`` for more
+        records before it sends a batch, and skips that wait only while a flush blocks (a
+        ``flush(0)`` returns before its broker thread looks); so this blocks for
+        :data:`SEND_NOW_S`. For writes that wait for their records alone, as an ingest step.
 
         Unlike a flush, it does not wait for records produced meanwhile by others
         (precise mode's windows send without the engine lock): under a steady stream of
@@ -216,7 +224,7 @@ class KafkaWriter:
         """
         if not any(group.pending for group in groups):
             return
-        self._producer.flush(0)  # send what lingers now: these records are awaited
+        self._producer.flush(SEND_NOW_S if send_now else 0)  # these records are awaited
         waited = 0.0
         while True:
             self._producer.poll(0)

@@ -281,8 +281,19 @@ class PartitionTimers:
 
     def due_of(self, timer_id: str) -> int | None:
         """Due time (epoch ms) of the pending timer with this id, if any."""
-        raw = self._db.get(INDEX_PREFIX + timer_id.encode())
+        return self.due_of_id(timer_id.encode())
+
+    def due_of_id(self, timer_id: bytes) -> int | None:
+        """:meth:`due_of` by the id's UTF-8 bytes (ingest has them already)."""
+        raw = self._db.get(INDEX_PREFIX + timer_id)
         return None if raw is None else int(_U64.unpack(raw)[0])
+
+    def dues_of_ids(self, timer_ids: list[bytes]) -> list[int | None]:
+        """:meth:`due_of_id` of many ids (UTF-8 bytes) at once: one RocksDB MultiGet, which
+        looks a batch of keys up file by file (~15 % less CPU a key than one get each)."""
+        raws: list[bytes | None] = self._db.get([INDEX_PREFIX + i for i in timer_ids])  # type: ignore[assignment]
+        unpack = _U64.unpack
+        return [None if raw is None else int(unpack(raw)[0]) for raw in raws]
 
     def get(self, due_ms: int, timer_id: str) -> bytes | None:
         return self.get_raw(table_key(due_ms, timer_id))

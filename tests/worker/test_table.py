@@ -85,6 +85,14 @@ def test_put_replace_and_delete_keep_pending_and_index_exact(table):
     assert [(d.due_ms, d.timer_id, d.value) for d in table.iter_pending()] == [(T_MS + 5000, "a", b"a-v3")]
 
 
+def test_many_ids_are_looked_up_at_once_as_one_at_a_time(table):
+    table.apply([put(T_MS + 1000, "a"), put(T_MS + 2000, "é")], offset=0, pending_delta=2)
+    table.apply([tomb(T_MS + 1000, "a")], offset=1, pending_delta=-1)
+    ids = ["a", "é", "never", "é"]
+    assert table.dues_of_ids([i.encode() for i in ids]) == [None, T_MS + 2000, None, T_MS + 2000]
+    assert [table.due_of(i) for i in ids] == [None, T_MS + 2000, None, T_MS + 2000]
+
+
 def test_replayed_records_count_only_real_changes(table):
     # Replay (pending_delta=None) may see a put of a key it already holds, or a
     # tombstone of one it never had (compacted changelog): neither changes the count.

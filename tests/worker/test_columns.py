@@ -1,0 +1,170 @@
+"""Native records decoded into columns agree with the general parser, or defer to it.
+
+:func:`futures.worker.columns.decode` either gives, for a record, exactly the timers
+:func:`futures.ingress.requests.parse_record` schedules — same ids, due times,
+callback topics and ``StoredTimer`` bytes — or None, and never raises.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from futures.ingress.base import MAX_DUE_MS
+from futures.ingress.limits import ParseLimits
+from futures.ingress.records import SourceRecord
+from futures.ingress.requests import RequestParser, Schedule
+from futures.worker.columns import decode
+from ktimers.config import TopicsConfig
+from ktimers.wire import (
+    KIND_BATCH,
+    KIND_CANCEL,
+    KIND_FUTURE,
+    KIND_HEADER,
+    MAX_ID_BYTES,
+    Cancel,
+    Future,
+    FutureBatch,
+    Header,
+    Recurrence,
+)
+
+NOW_MS = 1_795_000_000_000
+TOPICS = TopicsConfig()
+WORKER = ParseLimits(topics=TOPICS, allowed_callback_topics=("orders", "cb-*"), max_payload_bytes=600)
+CONFIGS = [WORKER, replace(WORKER, max_due_ahead_s=3600.0), ParseLimits.permissive(TOPICS)]
+
+# Mostly valid timers, so that most records are decoded; the rest test the deferral.
+ids = st.one_of(
+    st.text(min_size=1, max_size=12),
+    st.text(min_size=1, max_size=12),
+    st.just(""),
+    st.text(min_size=1, max_size=12),
+    st.just("é" * (MAX_ID_BYTES // 2)),  # exactly the limit, in bytes
+    st.just("é" * (MAX_ID_BYTES // 2) + "x"),  # one byte over
+)
+dues = st.one_of(
+    st.integers(min_value=NOW_MS - 10, max_value=NOW_MS + 7_200_000),
+    st.none(),
+    st.integers(min_value=-(2**63), max_value=2**63 - 1),
+    st.integers(min_value=NOW_MS - 10, max_value=NOW_MS + 7_200_000),
+    st.sampled_from([0, MAX_DUE_MS, MAX_DUE_MS + 1, -1]),
+)
+topics = st.sampled_from(["orders", "cb-x"] * 6 + ["", "not a topic!", "elsewhere", TOPICS.request])
+# Around the payload limit, and past the two-byte length of a stored Future.
+payloads = st.one_of(st.binary(max_size=8), st.sampled_from([100, 200, 400, 20_000]).map(lambda n: b"p" * n))
+
+
+@st.composite
+def futures(draw: st.DrawFn) -> Future:
+    if draw(st.integers(0, 9)) < 8:  # a valid timer, or a small one that may be valid
+        future = Future(
+            id=draw(st.text(max_size=8)), callBackTopic="orders", callBack=draw(st.binary(max_size=8))
+        )
+        future.due_ms = draw(st.integers(min_value=NOW_MS, max_value=NOW_MS + 60_000))
+        return future
+    future = Future(
+        id=draw(ids),
+        callBackTopic=draw(topics),
+        callBackKey=draw(st.text(max_size=4)),
+        callBack=draw(payloads),
+        token=draw(st.sampled_from(["", "tok"])),
+        headers=[Header(key="h", value=b"v")] * draw(st.integers(0, 2)),
+    )
+    due = draw(dues)
+    if due is not None:
+        future.due_ms = due
+    return future
+
+
+singles = futures().map(lambda f: f.SerializeToString())
+batches = st.lists(futures(), max_size=4).map(lambda fs: FutureBatch(futures=fs).SerializeToString())
+# (kt-kind headers, value): mostly what clients send, then anything.
+sent = st.one_of(
+    st.tuples(st.sampled_from([(), (KIND_FUTURE,)]), singles),
+    st.tuples(st.just((KIND_BATCH,)), batches),
+    st.tuples(
+        st.lists(st.sampled_from([None, KIND_FUTURE, KIND_CANCEL, KIND_BATCH, b"frobnicate"]), max_size=2),
+        st.one_of(
+            singles,
+            batches,
+            ids.map(lambda i: Cancel(id=i).SerializeToString()),
+            st.binary(max_size=16),
+            st.just(b"\x00\x00\x00\x00\x01\x00"),  # Schema Registry framing
+            st.none(),
+        ),
+    ),
+)
+
+
+@settings(max_examples=800, deadline=None)
+@given(
+    sent=sent,
+    key=st.sampled_from([None, b"1795000000"]),
+    offset=st.sampled_from([0, 77, 2**40]),
+    config=st.sampled_from(CONFIGS),
+)
+def test_columns_hold_what_the_parser_schedules(
+    sent: tuple[list[bytes | None], bytes | None], key: bytes | None, offset: int, config: ParseLimits
+) -> None:
+    kinds, value = sent
+    headers = tuple((KIND_HEADER, kind) for kind in kinds)
+    record = SourceRecord(TOPICS.request, 2, offset, key, value, headers, NOW_MS)
+    parser = RequestParser(config, NOW_MS)
+    timers = decode(record, parser.context)
+    if timers is None:
+        return
+    requests = parser.parse(record)
+    assert all(isinstance(r, Schedule) for r in requests)
+    schedules = [r for r in requests if isinstance(r, Schedule)]
+    assert timers.ids == [s.timer_id for s in schedules]
+    assert timers.id_bytes == [s.timer_id.encode() for s in schedules]
+    assert timers.due_ms == [s.due_ms for s in schedules]
+    assert timers.callback_topics == [s.timer.future.callBackTopic for s in schedules]
+    assert timers.stored == [s.timer.SerializeToString() for s in schedules]
+
+
+def test_a_batch_of_valid_timers_is_decoded_and_anything_doubtful_is_left_to_the_parser() -> None:
+    context = RequestParser(WORKER, NOW_MS).context
+    good = [Future(id=f"t{i}", due_ms=NOW_MS + i, callBackTopic="orders", callBack=b"x") for i in range(3)]
+
+    def batch(*fs: Future) -> SourceRecord:
+        value = FutureBatch(futures=fs).SerializeToString()
+        return SourceRecord(TOPICS.request, 1, 5, None, value, ((KIND_HEADER, KIND_BATCH),), NOW_MS)
+
+    timers = decode(batch(*good), context)
+    assert timers is not None
+    assert timers.ids == ["t0", "t1", "t2"]
+    assert timers.due_ms == [NOW_MS, NOW_MS + 1, NOW_MS + 2]
+    # One timer the checks refuse sends the whole record to the parser, which dead-letters it alone.
+    refused = Future(id="bad", due_ms=NOW_MS, callBackTopic="elsewhere")
+    assert decode(batch(*good, refused), context) is None
+    # A seed Future (the due second in the key) and a cancel: the parser's.
+    seed = Future(callBackTopic="orders").SerializeToString()
+    assert decode(SourceRecord(TOPICS.request, 1, 5, b"1795000000", seed), context) is None
+    cancel = Cancel(id="t0").SerializeToString()
+    assert (
+        decode(SourceRecord(TOPICS.request, 1, 5, None, cancel, ((KIND_HEADER, KIND_CANCEL),)), context)
+        is None
+    )
+
+
+def test_timers_without_an_id_get_the_derived_one() -> None:
+    context = RequestParser(WORKER, NOW_MS).context
+    value = FutureBatch(futures=[Future(due_ms=NOW_MS, callBackTopic="orders")] * 2).SerializeToString()
+    timers = decode(SourceRecord(TOPICS.request, 3, 9, None, value, ((KIND_HEADER, KIND_BATCH),)), context)
+    assert timers is not None
+    assert timers.ids == ["seed-3-9-0", "seed-3-9-1"]
+
+
+def test_a_recurring_timer_is_left_to_the_parser_which_the_worker_checks_it_after() -> None:
+    context = RequestParser(WORKER, NOW_MS).context
+    plain = Future(id="a", due_ms=NOW_MS, callBackTopic="orders")
+    series = Future(id="b", due_ms=NOW_MS, callBackTopic="orders", recurrence=Recurrence(interval_ms=60_000))
+    for value, headers in (
+        (series.SerializeToString(), ()),
+        (FutureBatch(futures=[plain, series]).SerializeToString(), ((KIND_HEADER, KIND_BATCH),)),
+    ):
+        assert decode(SourceRecord(TOPICS.request, 1, 5, None, value, headers), context) is None
