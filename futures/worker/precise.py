@@ -43,9 +43,12 @@ log = logging.getLogger(__name__)
 #: Timers a window reads and builds between two chances for the open windows to send
 #: (~5 µs each: a read stays near a quarter of a millisecond).
 _READ = 50
-#: A window whose second did not fit in the budget reads on while it holds fewer timers than this.
+#: A window whose second did not fit in the budget reads on once it holds fewer timers than this,
+#: up to _READ_AHEAD of them.
 _READ_BELOW = 2000
-#: A window settles what it sent every this many timers, or this share of its byte budget.
+_READ_AHEAD = 6000
+#: A window settles what it sent every this many timers, or this share of its byte budget (or,
+#: while its previous settle is writing, all it sent meanwhile once that one is done).
 _SETTLE_EVERY = 500
 _SETTLE_BUDGET_SHARE = 8
 #: How long a window waits before it looks at the frontier again (s).
@@ -83,8 +86,9 @@ class PreciseMode:
     def _read(self, window: Window) -> bool:
         """Read on into ``window`` from the table, a slice of its second's timers, as far as the
         budget has room (a callback holds its payload twice: half the room, as stored timers);
-        whether there may be more. Only where no ingest step is half done (under the lock, or
-        while it is free): what the table holds then is what was written."""
+        whether there may be more. A timer an ingest step has cancelled or replaced but not yet
+        deleted is marked removed in its window already (:meth:`Windows.cancel`,
+        :meth:`Windows.withdraw`), so this needs no lock: a read is one synchronous scan."""
         if window.complete or window.gauge.full():
             return not window.complete
         partition, second = window.partition, window.second
@@ -92,8 +96,12 @@ class PreciseMode:
         due = self._ctx.tables(partition).due_items(
             second * 1000, _READ, after=window.cursor, from_ms=(second - 1) * 1000 + 1, max_bytes=room
         )
+        held, removed = window.held, window.removed
         for key, value in due:
-            window.add((due_of_key(key), key, prepare(key, partition, value)))
+            # Offered since it was accepted (Windows.offer), maybe sent already; or cancelled or
+            # replaced by a write still on its way to the table.
+            if key not in held and key not in removed:
+                window.add((due_of_key(key), key, prepare(key, partition, value)))
         if due:
             window.cursor = due[-1][0]
         window.complete = len(due) < _READ and sum(len(v) for _, v in due) < room
@@ -101,18 +109,19 @@ class PreciseMode:
 
     async def _read_on(self, window: Window) -> None:
         """Read ``window``'s timers on from the table while it holds few enough to send and the
-        budget has room: under the lock, taking turns with ingest and the ticks."""
+        budget has room, a slice at a time, the windows sending between slices."""
         ctx = self._ctx
         while not window.complete and not window.closing:
             if not window.wants_reading(_READ_BELOW):
                 await asyncio.sleep(_READ_POLL_MS / 1000)  # for its settles to free bytes
                 continue
-            async with ctx.lock:
+            while window.wants_reading(_READ_AHEAD):
                 if window.closing or not ctx.owns(window.partition):
                     return
                 self._read(window)
-            if window.waiter is not None:
-                wake(window.waiter)
+                if window.waiter is not None:
+                    wake(window.waiter)
+                await asyncio.sleep(0)
 
     def _load(self, partition: int, key: bytes) -> Callback | None:
         """The callback of the timer under ``key``, read from the table (for a deferred timer)."""
@@ -138,7 +147,9 @@ class PreciseMode:
 
         # Sent timers are settled and deleted a few hundred at a time, beside the sending:
         # all at once at the end of the second, that work (tens of ms a thousand timers)
-        # would hold up the next window's first timers.
+        # would hold up the next window's first timers. One settle at a time: each takes the
+        # engine lock for a changelog write, and at 100 k timers a second a settle every 500
+        # would queue on the lock ahead of ingest, the ticks and the window's own reading on.
         settling: list[asyncio.Task[None]] = []
         sent: list[tuple[Callback, int]] = []  # and when each was sent
         # The timers the budget had no room for when the window opened, read as it frees.
@@ -178,7 +189,9 @@ class PreciseMode:
                 window.sent.add(callback.key)
                 sent.append((callback, fired_ms))
                 sent_bytes += callback_bytes(callback)
-                if len(sent) >= _SETTLE_EVERY or sent_bytes >= settle_bytes:
+                if (len(sent) >= _SETTLE_EVERY or sent_bytes >= settle_bytes) and (
+                    not settling or settling[-1].done()
+                ):
                     settling.append(asyncio.create_task(self._settle(window, sent, deliveries)))
                     deliveries, sent, sent_bytes = Deliveries(), [], 0
             window.closing = True

@@ -63,7 +63,7 @@ class Window:
     sent: set[bytes] = field(default_factory=set)
     removed: set[bytes] = field(default_factory=set)  # cancelled or replaced by ingest meanwhile
     #: The table key of the last timer read for it, and whether the table holds no more of its
-    #: second past it: until then, a timer accepted past the cursor is left for the window to read.
+    #: second past it (timers accepted meanwhile are offered, and not read again).
     cursor: bytes | None = None
     complete: bool = False
     #: Table keys of timers it takes without their callback, offered while the budget was full:
@@ -240,8 +240,6 @@ class Windows:
         window = self._open.get((partition, window_of(due_ms)))
         if window is None or window.closing or key in window.sent:
             return
-        if not window.complete and (window.cursor is None or key > window.cursor):
-            return  # the window reads it from the table when it gets there
         if self.gauge.full():
             earliest = window.defer(due_ms, key)
         else:
@@ -250,9 +248,14 @@ class Windows:
             wake(window.waiter)
 
     def cancel(self, partition: int, due_ms: int, key: bytes) -> bool:
-        """For a cancel: take the timer out of its window; True if it was sent already."""
+        """For a cancel: take the timer out of its window; True if it was sent already.
+
+        Marked removed even if the window has not read it yet: a window reads on without
+        the engine lock (``PreciseMode._read_on``), and may find it in the table before
+        the cancel's write deletes it.
+        """
         window = self._open.get((partition, window_of(due_ms)))
-        if window is None or key not in window.held:
+        if window is None:
             return False
         if key in window.sent:
             return True
@@ -260,7 +263,7 @@ class Windows:
         return False
 
     def withdraw(self, partition: int, due_ms: int, key: bytes) -> None:
-        """For a new version: the window must neither send nor delete the old one."""
+        """For a new version: the window must neither send nor delete the old one (read or not)."""
         window = self._open.get((partition, window_of(due_ms)))
-        if window is not None and key in window.held:
+        if window is not None:
             window.removed.add(key)

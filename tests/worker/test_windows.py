@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from futures.worker.config import WorkerConfig
+from futures.worker.table import table_key
 from futures.worker.windows import Window, Windows
 from ktimers.config import CommonConfig, KafkaConfig
 from ktimers.errors import DeliveryError
@@ -221,12 +222,13 @@ def test_a_second_larger_than_the_budget_is_read_on_as_it_sends_and_cancels_stil
         assert not window.complete
         await rig.engine.ingest(
             [
-                rig.request("early", START + 50, payload=big),  # before the cursor, no room: deferred
-                rig.request("late", START + 650),  # past the cursor: the window reads it there
-                rig.cancel("a4"),  # not read yet: the window never sees it
+                rig.request("early", START + 50, payload=big),  # no room: taken without its callback
+                rig.request("late", START + 650),
+                rig.cancel("a4"),  # not read yet: the window must not send it when it reads it
             ]
         )
-        assert len(window.deferred) == 1 and len(window.held) == 4  # a0..a2 read, "early" deferred
+        assert len(window.deferred) == 2 and len(window.held) == 5  # a0..a2 read; "early", "late" deferred
+        assert table_key(due["a4"], "a4") in window.removed  # not read yet: marked for when it is
         for step in range(START + 50, START + 1010, 10):
             rig.now = step
             await asyncio.sleep(0.003)
