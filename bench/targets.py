@@ -1,4 +1,5 @@
-"""The service's performance targets, checked against the runs' figures (the median over the runs).
+"""The service's performance targets, checked against the runs' figures (the median over the runs,
+or the worst run for a target that must hold in every run).
 
 Per worker process, ratios from the same run. A target whose measurement this run
 did not make (a profile without 10 M pending, a measurement that failed) is "not
@@ -48,6 +49,8 @@ class Target:
     unmeasured: Callable[[Sequence[Results]], str | None] | None = None
     #: The section of docs/PERFORMANCE.md about it.
     see: str = ""
+    #: Judged by the worst run, not the median.
+    every_run: bool = False
 
     def check(self, runs: Sequence[Results]) -> Verdict:
         why = self.unmeasured(runs) if self.unmeasured else None
@@ -56,6 +59,9 @@ class Target:
             return Verdict(self.name, why or "—", NOT_MEASURED, phase=self.phase, see=self.see)
         measured = values.show(self.fmt)
         value = values.median
+        if self.every_run:
+            value = values.lo if self.at_least else values.hi
+            measured += f", worst {self.fmt(value)}"
         if (value >= self.limit) if self.at_least else (value <= self.limit):
             return Verdict(self.name, measured, MET, phase=self.phase, see=self.see)
         if self.at_least:
@@ -104,6 +110,14 @@ def _rss_peak_mb(r: Results) -> float | None:
     return cap.rss_peak / 1e6 if cap else None
 
 
+def _ceiling_rate(r: Results) -> float | None:
+    return r.ceiling.rate if r.ceiling is not None and r.ceiling.rate else None
+
+
+def _zadd_rate(r: Results) -> float | None:
+    return r.zadd_rates.get(REDIS)
+
+
 def _capacity_hot_share(r: Results) -> float | None:
     cap: Capacity | None = r.capacity_of(OURS)
     hot = r.fire(OURS, "hot-second")
@@ -117,31 +131,22 @@ def targets(runs: Sequence[Results]) -> list[Target]:
     hold = next((s.hold_s for r in runs for s in r.sustained), _size(runs, "sustained_hold_s"))
     held_for = f"held {hold:g} s, " if hold else ""
     hot_rate = of_fire(OURS, "hot-second", lambda f: f.fire_rate)
-    precise: list[Target] = []
-    for workload, title, at_receiver, at_dispatch in (
-        ("precise-10000", "steady 10 k/s", LATENESS, LATENESS),
-        ("precise-hot-second", f"hot second of {hot}", LATENESS, LATENESS),
-    ):
-        precise += [
-            Target(
-                f"Precise mode, {title}: p99 at the receiver ≤ 25 ms",
-                of_fire(OURS, workload, lambda f: f.lateness.p99_ms),
-                25,
-                False,
-                _ms,
-                workload,
-                see=at_receiver,
-            ),
-            Target(
-                f"Precise mode, {title}: p99 at dispatch (`kt-fired-ms` − due) ≤ 10 ms",
-                of_fire(OURS, workload, lambda f: f.lateness.fired_p99_ms),
-                10,
-                False,
-                _ms,
-                workload,
-                see=at_dispatch,
-            ),
-        ]
+    precise = [
+        Target(
+            f"Precise mode, {title}: p99 at the receiver ≤ 10 ms in every run",
+            of_fire(OURS, workload, lambda f: f.lateness.p99_ms),
+            10,
+            False,
+            _ms,
+            workload,
+            see=LATENESS,
+            every_run=True,
+        )
+        for workload, title in (
+            ("precise-10000", "steady 10 k/s"),
+            ("precise-hot-second", f"hot second of {hot}"),
+        )
+    ]
 
     def ingest(path: str) -> Getter:
         def get(r: Results) -> float | None:
@@ -152,18 +157,18 @@ def targets(runs: Sequence[Results]) -> list[Target]:
 
     return [
         Target(
-            f"Fire, hot second of {hot}: ≥ 100 k/s",
-            hot_rate,
-            100_000,
+            f"Fire, hot second of {hot}: ≥ 100 % of the Redis poller's rate (in-memory Redis, same run)",
+            ratio(hot_rate, of_fire(REDIS, "hot-second", lambda f: f.fire_rate)),
+            1.0,
             True,
-            rate,
+            percent,
             "hot-second",
             see=FIRING,
         ),
         Target(
-            f"Fire, hot second of {hot}: ≥ 60 % of the Redis poller's rate (in-memory Redis, same run)",
-            ratio(hot_rate, of_fire(REDIS, "hot-second", lambda f: f.fire_rate)),
-            0.6,
+            f"Fire, hot second of {hot}: ≥ 80 % of the pass-through ceiling (same run)",
+            ratio(hot_rate, _ceiling_rate),
+            0.8,
             True,
             percent,
             "hot-second",
@@ -199,20 +204,20 @@ def targets(runs: Sequence[Results]) -> list[Target]:
             see=SUSTAINING,
         ),
         Target(
-            "Ingest, one `Future` per record ≥ 30 k/s",
+            "Ingest, one `Future` per record ≥ 100 k/s",
             ingest("single"),
-            30_000,
+            100_000,
             True,
             rate,
             "ingest-single",
             see=ACCEPTING,
         ),
         Target(
-            "Ingest, batched records ≥ 100 k/s",
-            ingest("batched"),
-            100_000,
+            "Ingest, batched records ≥ 100 % of the in-memory Redis design's pipelined ZADD (same run)",
+            ratio(ingest("batched"), _zadd_rate),
+            1.0,
             True,
-            rate,
+            percent,
             "ingest-batched",
             see=ACCEPTING,
         ),
