@@ -6,7 +6,7 @@ its second's timers a second ahead, builds their callbacks, and sends each when 
 worker's clock reaches its due millisecond — through the fire path's pieces:
 ``Dispatcher.produce_callback`` to send, delivery reports to confirm
 (``Dispatcher.settle``), and :func:`~futures.worker.changelog.commit` to settle
-(tombstones, then the table), a few hundred timers at a time.
+(the ``f`` record listing them, then the table), a few hundred timers at a time.
 
 A window of second w (its timers due in ((w - 1) · 1000, w · 1000] ms) sends nothing before
 the requests of its partition written before second w - 1 began are applied (the join's
