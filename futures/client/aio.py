@@ -42,6 +42,7 @@ class AsyncTimerClient(_ClientCore):
 
         Raises :class:`DeliveryError` if Kafka refused or never acknowledged the record.
         """
+        self._check_usable()  # a closed client says so, before it asks the Schema Registry
         await self._framing_ready()
         record, handle = self._schedule_record(topic, key, payload, options)
         await self._send(record, f"timer {handle.id}")
@@ -80,6 +81,7 @@ class AsyncTimerClient(_ClientCore):
 
     async def cancel(self, handle_or_id: TimerHandle | str, *, record_key: str | bytes | None = None) -> None:
         """Send a cancel (arguments as :meth:`TimerClient.cancel`) and wait for the ack."""
+        self._check_usable()
         await self._framing_ready()
         record, timer_id = self._cancel_record(handle_or_id, record_key)
         await self._send(record, f"cancel of timer {timer_id}")
