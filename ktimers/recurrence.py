@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import bisect
 import calendar
+import functools
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
@@ -99,6 +100,10 @@ class CronSchedule:
         """Parse ``expression``; :class:`RecurrenceError` (a ``ValueError``) says what is wrong."""
         if not isinstance(expression, str):
             raise RecurrenceError(f"a cron expression is text, not {type(expression).__name__}")
+        return _parse_cron(expression)
+
+    @classmethod
+    def _parse(cls, expression: str) -> CronSchedule:
         if len(expression) > MAX_CRON_CHARS:
             raise RecurrenceError(f"cron expression longer than {MAX_CRON_CHARS} characters")
         text = expression.strip()
@@ -166,6 +171,12 @@ class CronSchedule:
         except (OverflowError, ValueError):
             return None  # past year 9999
         return None
+
+
+@functools.lru_cache(maxsize=1024)
+def _parse_cron(expression: str) -> CronSchedule:
+    """Parsed once per expression: a series' next occurrence is computed each time it fires."""
+    return CronSchedule._parse(expression)
 
 
 def _longest(month: int) -> int:
