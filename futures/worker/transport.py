@@ -161,7 +161,7 @@ class TimerConsumer(faust_adapter.ConsumerBase):
             # Enough requests in hand, by count or by bytes whatever their size: fetch no more
             # of the partitions they are of until the engine catches up. Ticks, and the request
             # partitions with nothing in hand, are still fetched: their frontier must stay known.
-            held = self._backlog.partitions()
+            held = backlog.partitions()
             return {tp for tp in active if tp not in held}
         return active
 
@@ -223,15 +223,17 @@ class TimerConsumer(faust_adapter.ConsumerBase):
         # most, never for everything one fetch brought (up to megabytes of requests).
         step = self._backlog.take(generation, route.batch_size)
         if step:
+            done = False
             try:
-                await self._apply(route.ingest, step, generation)
+                done = await self._apply(route.ingest, step, generation)
             finally:
-                self._backlog.applied(step)
+                self._backlog.applied(step, done)
             route.wake()  # ticks waiting for these requests may fire now
 
-    async def _apply(self, apply: Apply, batches: list[tuple[TP, list[Any]]], generation: int) -> None:
+    async def _apply(self, apply: Apply, batches: list[tuple[TP, list[Any]]], generation: int) -> bool:
+        """Apply ``batches`` and ack them; False if they were left to be read again."""
         if self.app.consumer_generation_id != generation:
-            return  # fetched before a rebalance: not acked, so read again by whoever owns them now
+            return False  # fetched before a rebalance: not acked, so read again by whoever owns them now
         try:
             # Shielded: a stop cancels the fetcher that runs this. A step cut between its
             # changelog records and its progress record would be applied again by the next
@@ -251,6 +253,7 @@ class TimerConsumer(faust_adapter.ConsumerBase):
                 # liveness check logs "Stream has not started processing" errors for every
                 # request partition while the worker works through a backlog for a while.
                 faust_adapter.note_stream_activity(monitor, tp)
+        return True
 
 
 #: At most this many bytes of request values per ``ingest`` call: a FutureBatch record holds up to
@@ -322,11 +325,8 @@ class RequestBacklog:
                 self.bytes -= sum(len(r.value or b"") for r in batch)
                 continue
             end = 0
-            taken_bytes = 0
             while end < len(batch) and count < size and volume < CHUNK_BYTES:
-                size_of = len(batch[end].value or b"")
-                volume += size_of
-                taken_bytes += size_of
+                volume += len(batch[end].value or b"")
                 count += 1
                 end += 1
             step.append((tp, batch[:end]))
@@ -335,14 +335,15 @@ class RequestBacklog:
             if end < len(batch):
                 batches.appendleft((tp, batch[end:], fetched_in))
             self.records -= end
-            self.bytes -= taken_bytes
+        self.bytes -= volume  # the values of the records taken: those of other generations went above
         return step
 
-    def applied(self, step: list[tuple[TP, list[Any]]]) -> None:
-        """The engine is done with ``step`` (applied, or left to be read again)."""
+    def applied(self, step: list[tuple[TP, list[Any]]], done: bool = True) -> None:
+        """The engine is done with ``step``: applied (``done``), or left to be read again, when
+        its records count as applied no more than before it was taken."""
         for tp, part in step:
             self._applying.pop(tp, None)
-            if part:
+            if part and done:
                 self._applied_ms[tp] = max(_timestamp_ms(part[-1]), self._applied_ms.get(tp, -1))
 
 

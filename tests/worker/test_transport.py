@@ -92,6 +92,16 @@ def test_the_frontier_is_the_oldest_request_in_hand_then_the_last_taken_until_ca
     assert backlog.frontier_ms("p0", highwater=12, position=9) == -1
 
 
+def test_a_step_left_to_be_read_again_does_not_count_as_applied() -> None:
+    backlog = RequestBacklog()
+    backlog.add("p0", records(2, 10, first_ms=7_000), 1)
+    backlog.applied(backlog.take(1, 1))
+    step = backlog.take(1, 1)  # fetched before a rebalance the consumer noticed too late
+    backlog.applied(step, done=False)
+    # The broker holds it still (read again from the committed offset): ticks after 7,000 wait.
+    assert backlog.frontier_ms("p0", highwater=2, position=1) == 7_000
+
+
 def test_the_backlog_counts_the_bytes_it_holds() -> None:
     backlog = RequestBacklog()
     backlog.add("p0", records(3, 1000), 1)
