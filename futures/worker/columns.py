@@ -31,9 +31,9 @@ from typing import NamedTuple
 from google.protobuf.message import DecodeError
 
 from futures.ingress.base import TABLE_KEY_OVERHEAD, ParseContext
-from futures.ingress.framing import MAGIC_BYTE
+from futures.ingress.framing import is_framed
 from futures.ingress.records import SourceRecord
-from ktimers.wire import KIND_BATCH, KIND_FUTURE, KIND_HEADER, Future, FutureBatch, StoredTimer
+from ktimers.wire import KIND_BATCH, KIND_FUTURE, KIND_HEADER, Future, FutureBatch, StoredTimer, header_value
 
 #: The tag of ``StoredTimer.future`` (field 1, length-delimited).
 _FUTURE_TAG = b"\n"
@@ -77,12 +77,9 @@ class Decoder:
         """The timers of native ``record`` as columns if every one of them is valid; None otherwise
         (the general parser then decides: see the module docstring)."""
         value = record.value
-        if not value or value[0] == MAGIC_BYTE:
+        if not value or is_framed(value):
             return None
-        kind = None
-        for name, header in record.headers:
-            if name == KIND_HEADER:
-                kind = header  # the last one counts (ktimers.wire.header_value)
+        kind = header_value(record.headers, KIND_HEADER)
         try:
             if kind is None or kind == KIND_FUTURE:
                 return self._single(record, Future.FromString(value))
