@@ -69,6 +69,15 @@ _Schema = descriptor_pb2.FileDescriptorProto
 
 
 @dataclass(frozen=True)
+class _Refusal:
+    """The registry's answer for an id whose schema cannot be used: (reason, detail), and whether
+    asking again later may change it (an id not registered yet)."""
+
+    problem: tuple[str, str]
+    may_change: bool
+
+
+@dataclass(frozen=True)
 class _Verdict:
     problem: tuple[str, str] | None  # (reason, detail), None: compatible
     until: float  # monotonic seconds; inf: final
@@ -103,8 +112,9 @@ class SchemaCheck:
         schema = self._lookup(framed.schema_id, now)
         if schema is None:
             return "schema-registry-unavailable", self._unavailable_detail
-        if isinstance(schema, tuple):
-            verdict = _Verdict(schema, now + UNKNOWN_RETRY_S)
+        if isinstance(schema, _Refusal):
+            # An id's schema never changes: only an id not registered yet may be one later.
+            verdict = _Verdict(schema.problem, now + UNKNOWN_RETRY_S if schema.may_change else float("inf"))
         else:
             verdict = _Verdict(_incompatibility(schema, framed, KIND_MESSAGES[kind]), float("inf"))
         if len(self._verdicts) >= MAX_REMEMBERED_IDS:
@@ -112,7 +122,7 @@ class SchemaCheck:
         self._verdicts[key] = verdict
         return verdict.problem
 
-    def _lookup(self, schema_id: int, now: float) -> _Schema | tuple[str, str] | None:
+    def _lookup(self, schema_id: int, now: float) -> _Schema | _Refusal | None:
         """The registered schema, a rejection for an id the registry refuses, or None: it did not answer."""
         known = self._schemas.get(schema_id)
         if known is not None:
@@ -125,7 +135,8 @@ class SchemaCheck:
             # A 404 from something that is no registry (a wrong URL) is not an answer.
             status, code = getattr(exc, "http_status_code", None), getattr(exc, "error_code", None)
             if status == 404 and isinstance(code, int) and 40400 <= code < 40500:
-                return "schema-rejected", f"schema id {schema_id} is not in the Schema Registry"
+                problem = ("schema-rejected", f"schema id {schema_id} is not in the Schema Registry")
+                return _Refusal(problem, may_change=True)
             self._unavailable_until = now + UNAVAILABLE_FOR_S
             self._unavailable_detail = (
                 f"the Schema Registry did not answer for schema id {schema_id} ({type(exc).__name__}: "
@@ -134,10 +145,11 @@ class SchemaCheck:
             log.warning("%s", self._unavailable_detail)
             return None
         parsed = _descriptor(schema_id, schema)
-        if isinstance(parsed, descriptor_pb2.FileDescriptorProto):
-            if len(self._schemas) >= MAX_REMEMBERED_IDS:
-                del self._schemas[next(iter(self._schemas))]
-            self._schemas[schema_id] = parsed
+        if isinstance(parsed, tuple):
+            return _Refusal(parsed, may_change=False)
+        if len(self._schemas) >= MAX_REMEMBERED_IDS:
+            del self._schemas[next(iter(self._schemas))]
+        self._schemas[schema_id] = parsed
         return parsed
 
 

@@ -160,6 +160,11 @@ def test_a_schema_that_is_not_protobuf_or_not_a_descriptor_is_rejected(source, c
     limits = checked(source, clock)
     assert "AVRO schema" in rejected(record(REQUEST, framed(10, 0, FUTURE)), limits).detail
     assert "serialized descriptor" in rejected(record(REQUEST, framed(11, 0, FUTURE)), limits).detail
+    # An id's schema never changes: the registry is not asked about either again, however late.
+    clock.now += 10 * UNKNOWN_RETRY_S
+    rejected(record(REQUEST, framed(10, 0, FUTURE)), limits)
+    rejected(record(REQUEST, framed(11, 0, FUTURE)), limits)
+    assert source.lookups == [10, 11]
 
 
 def test_a_registry_that_does_not_answer_is_left_alone_for_a_while(source, clock):
