@@ -90,6 +90,11 @@ def held_rate(system: str) -> Getter:
     return get
 
 
+def ceiling_rate(r: Results) -> float | None:
+    """The pass-through ceiling measured in run ``r`` (records per second)."""
+    return r.ceiling.rate if r.ceiling else None
+
+
 def ratio(top: Getter, bottom: Getter) -> Getter:
     """``top / bottom`` within each run (None where either is missing or the bottom is 0)."""
 

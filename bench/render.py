@@ -18,7 +18,18 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from bench.aggregate import Getter, Spread, held_rate, of_fire, of_held, percent, rate, ratio, spread
+from bench.aggregate import (
+    Getter,
+    Spread,
+    ceiling_rate,
+    held_rate,
+    of_fire,
+    of_held,
+    percent,
+    rate,
+    ratio,
+    spread,
+)
 from bench.aggregate import ms as _ms
 from bench.results import (
     OURS,
@@ -51,16 +62,12 @@ def _mb(value: float) -> str:
     return f"{value / 1e6:,.1f} MB"
 
 
-def _ceiling(r: Results) -> float | None:
-    return r.ceiling.rate if r.ceiling else None
-
-
 def _rate_and_share(runs: Runs, get: Getter) -> list[str]:
     """Two cells: the rate, and its share of the same run's ceiling."""
     rates = spread(runs, get)
     if not rates.known:
         return ["—", "—"]
-    return [rates.show(rate), spread(runs, ratio(get, _ceiling)).show(percent)]
+    return [rates.show(rate), spread(runs, ratio(get, ceiling_rate)).show(percent)]
 
 
 def _ingest_rate(path: str) -> Getter:
@@ -81,7 +88,7 @@ def throughput_table(runs: Runs) -> list[str]:
     first = runs[0]
     if any(r.ceiling for r in runs):
         count = next(r.ceiling.count for r in runs if r.ceiling)
-        cells = [spread(runs, _ceiling).show(rate), "100 %", *blank]
+        cells = [spread(runs, ceiling_rate).show(rate), "100 %", *blank]
         rows.append(f"| ceiling: consume → produce pass-through ({count:,} records) | {' | '.join(cells)} |")
     if any(r.floor for r in runs):
         count = next(r.floor.count for r in runs if r.floor)
@@ -317,8 +324,7 @@ def _notes(runs: Runs) -> list[str]:
     for index, r in enumerate(runs):
         prefix = f"run {index + 1}: " if len(runs) > 1 else ""
         found = list(r.notes)
-        fires = [*r.fires, *(step.fire for s in r.sustained for step in s.steps)]
-        for fire in fires:
+        for fire in r.every_fire():
             found += [f"{fire.system}, {workload_title(fire)}: {n}" for n in fire.notes]
         for cap in r.capacity:
             found += [f"{cap.system}, capacity: {n}" for n in cap.notes]

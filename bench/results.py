@@ -177,6 +177,10 @@ class Results:
     notes: list[str] = field(default_factory=list)
     errors: list[str] = field(default_factory=list)
 
+    def every_fire(self) -> list[Fire]:
+        """Every fire workload of the run, the sustained search's steps included."""
+        return [*self.fires, *(step.fire for s in self.sustained for step in s.steps)]
+
     def fire(self, system: str, workload: str) -> Fire | None:
         return next((f for f in self.fires if f.system == system and f.workload == workload), None)
 

@@ -81,18 +81,19 @@ def judge(rate: int, fire: Fire) -> SustainedStep:
 
 
 def measure(
+    result: Sustained,
     ctx: FireContext,
     system: System,
     *,
     start: int,
-    hold_s: float,
     lead_s: float,
     steps: int,
     say: Callable[[str], None],
-) -> Sustained:
-    """Search ``system``'s sustained rate in at most ``steps`` steady workloads of ``hold_s`` seconds."""
-    result = Sustained(system.name, hold_s, P99_LIMIT_MS)
-    rate = next_rate([], start)
+) -> None:
+    """Search ``system``'s sustained rate in at most ``steps`` steady workloads of ``result.hold_s``
+    seconds, each step added to ``result`` as it ends: a step that fails to run loses none before it."""
+    hold_s = result.hold_s
+    rate: int | None = start
     while rate is not None and len(result.steps) < steps:
         fire = steady_rate(ctx, system, f"sustained-{rate}", rate, hold_s, lead_s)
         step = judge(rate, fire)
@@ -106,4 +107,3 @@ def measure(
             + (f"not held ({step.failed})" if step.failed else "held")
         )
         rate = next_rate([(s.rate, not s.failed) for s in result.steps], start)
-    return result

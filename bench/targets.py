@@ -11,7 +11,18 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from bench.aggregate import Format, Getter, Spread, held_rate, of_fire, percent, rate, ratio, spread
+from bench.aggregate import (
+    Format,
+    Getter,
+    Spread,
+    ceiling_rate,
+    held_rate,
+    of_fire,
+    percent,
+    rate,
+    ratio,
+    spread,
+)
 from bench.results import OURS, REDIS, Capacity, CapacityRun, Results
 from bench.sustained import P99_LIMIT_MS
 
@@ -61,7 +72,8 @@ class Target:
         value = values.median
         if self.every_run:
             value = values.lo if self.at_least else values.hi
-            measured += f", worst {self.fmt(value)}"
+            if values.lo != values.hi:
+                measured += f", worst {self.fmt(value)}"
         if (value >= self.limit) if self.at_least else (value <= self.limit):
             return Verdict(self.name, measured, MET, phase=self.phase, see=self.see)
         if self.at_least:
@@ -108,10 +120,6 @@ def _below_capacity_target(
 def _rss_peak_mb(r: Results) -> float | None:
     cap = r.capacity_of(OURS)
     return cap.rss_peak / 1e6 if cap else None
-
-
-def _ceiling_rate(r: Results) -> float | None:
-    return r.ceiling.rate if r.ceiling is not None and r.ceiling.rate else None
 
 
 def _zadd_rate(r: Results) -> float | None:
@@ -167,7 +175,7 @@ def targets(runs: Sequence[Results]) -> list[Target]:
         ),
         Target(
             f"Fire, hot second of {hot}: ≥ 80 % of the pass-through ceiling (same run)",
-            ratio(hot_rate, _ceiling_rate),
+            ratio(hot_rate, ceiling_rate),
             0.8,
             True,
             percent,
@@ -245,8 +253,7 @@ def targets(runs: Sequence[Results]) -> list[Target]:
 
 
 def never_early(runs: Sequence[Results]) -> Verdict:
-    fires = [f for r in runs for f in r.fires if f.system == OURS]
-    fires += [step.fire for r in runs if (s := r.sustained_of(OURS)) is not None for step in s.steps]
+    fires = [f for r in runs for f in r.every_fire() if f.system == OURS]
     early = sum(f.lateness.early for f in fires)
     status = NOT_MEASURED if not fires else (MET if early == 0 else MISSED)
     received = sum(f.lateness.received for f in fires)
