@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from futures.ingress.limits import NO_PAYLOAD_LIMIT, ParseLimits
 from futures.ingress.records import SourceRecord
 from ktimers.deadletter import short
+from ktimers.recurrence import RecurrenceError, series_of
 from ktimers.wire import MAX_ID_BYTES, Future, StoredTimer
 
 #: Latest due time accepted (epoch ms): 9999-12-31T23:59:59.999Z. Later times
@@ -183,6 +184,11 @@ class ParseContext:
         if problem is not None:
             reason, detail = problem
             return Rejection(record, reason, detail, "" if reason == "invalid-id" else timer_id)
+        if future.HasField("recurrence"):
+            try:
+                series_of(future.recurrence, due_ms)
+            except RecurrenceError as exc:
+                return Rejection(record, "invalid-recurrence", str(exc), timer_id)
         stored = StoredTimer(
             source_partition=record.partition,
             source_offset=record.offset,

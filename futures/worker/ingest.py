@@ -30,7 +30,7 @@ from futures.worker.columns import Decoder, Timers
 from futures.worker.config import LatePolicy
 from futures.worker.context import EngineContext
 from futures.worker.gaps import GapReader
-from futures.worker.series import is_recurring, reject_invalid
+from futures.worker.series import is_recurring
 from futures.worker.table import TIMER_PREFIX, PartitionTimers, table_key
 from futures.worker.windows import Windows
 from ktimers.config import IngressFormat
@@ -121,9 +121,6 @@ class Ingest:
         for request in requests:
             if isinstance(request, Schedule):
                 timer, record = request.timer, request.record
-                if timer.future.HasField("recurrence") and reject_invalid(self._ctx, record, timer):
-                    staged = await self._pause(staged + 1)
-                    continue
                 timer_id = timer.future.id
                 one = Timers(
                     record,

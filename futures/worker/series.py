@@ -1,5 +1,5 @@
-"""Recurring timers in the worker: refused at ingest when invalid, and the next occurrence armed
-as one fires.
+"""Recurring timers in the worker: the next occurrence armed as one fires (an invalid
+recurrence is refused by the request parser, ``ParseContext.accept``: ``invalid-recurrence``).
 
 A recurring timer (a ``Future`` with a ``Recurrence``, :mod:`ktimers.recurrence`) is one
 stored timer at a time, its current occurrence. When that occurrence's callback is
@@ -20,55 +20,15 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 
-from futures.ingress.records import SourceRecord
 from futures.worker.callbacks import Callback
 from futures.worker.changelog import Changes
 from futures.worker.context import EngineContext
 from futures.worker.table import PartitionTimers, table_key
-from ktimers.recurrence import RecurrenceError, next_occurrence, series_of
-from ktimers.wire import KIND_BATCH, KIND_FUTURE, KIND_HEADER, StoredTimer, TimerEvent, header_value
-
-#: Dead-letter reason of a request whose recurrence cannot be scheduled.
-INVALID_RECURRENCE = "invalid-recurrence"
+from ktimers.recurrence import next_occurrence
+from ktimers.wire import StoredTimer, TimerEvent
 
 #: A next occurrence for a precise window, once written: (partition, due ms, table key, StoredTimer bytes).
 Offer = tuple[int, int, bytes, bytes]
-
-
-def recurrence_problem(timer: StoredTimer) -> str | None:
-    """Why the recurrence of an accepted timer cannot be scheduled, or None (also: not recurring)."""
-    future = timer.future
-    if not future.HasField("recurrence"):
-        return None
-    try:
-        series_of(future.recurrence, future.due_ms)
-    except RecurrenceError as exc:
-        return str(exc)
-    return None
-
-
-def reject_invalid(ctx: EngineContext, record: SourceRecord, timer: StoredTimer) -> bool:
-    """Dead-letter a timer whose recurrence is invalid (``invalid-recurrence``); True if it was.
-
-    A timer of a ``FutureBatch`` is dead-lettered alone, as the single ``Future`` record
-    that would have requested it, as the parser does with the batch's other bad timers.
-    """
-    problem = recurrence_problem(timer)
-    if problem is None:
-        return False
-    future = timer.future
-    if header_value(record.headers, KIND_HEADER) == KIND_BATCH:
-        record = SourceRecord(
-            topic=record.topic,
-            partition=record.partition,
-            offset=record.offset,
-            key=future.id.encode(),
-            value=future.SerializeToString(),
-            headers=((KIND_HEADER, KIND_FUTURE),),
-            timestamp_ms=record.timestamp_ms,
-        )
-    ctx.dispatch.reject(record, INVALID_RECURRENCE, problem, future.id)
-    return True
 
 
 def is_recurring(table: PartitionTimers, due_ms: int, timer_id: str) -> bool:
