@@ -37,14 +37,12 @@ def _top_level_index(name: str) -> tuple[int, ...]:
     return (list(timers_pb2.DESCRIPTOR.message_types_by_name).index(name),)
 
 
-#: The message index of each timer request in proto/timers.proto → its ``kt-kind``.
-REQUEST_KINDS: dict[tuple[int, ...], bytes] = {
-    _top_level_index("Future"): KIND_FUTURE,
-    _top_level_index("FutureBatch"): KIND_BATCH,
-    _top_level_index("Cancel"): KIND_CANCEL,
-}
 #: ``kt-kind`` → the message type it names in proto/timers.proto.
 KIND_MESSAGES = {KIND_FUTURE: "Future", KIND_BATCH: "FutureBatch", KIND_CANCEL: "Cancel"}
+#: The message index of each timer request in proto/timers.proto → its ``kt-kind``.
+REQUEST_KINDS: dict[tuple[int, ...], bytes] = {
+    _top_level_index(name): kind for kind, name in KIND_MESSAGES.items()
+}
 
 
 @dataclass(frozen=True)
