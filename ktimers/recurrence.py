@@ -46,6 +46,8 @@ __all__ = [
 
 #: Shortest interval between occurrences (ms): the worker's resolution is a second.
 MIN_INTERVAL_MS = 1000
+#: The largest ordinal a producer may give: the worker counts it up, in a 64-bit field.
+MAX_ORDINAL = 2**62
 #: Longest cron expression and time zone name accepted (characters).
 MAX_CRON_CHARS = 256
 MAX_ZONE_CHARS = 64
@@ -261,7 +263,10 @@ class Series:
             steps = max((after_ms - anchor_ms) // self.interval_ms + 1, 1)
             due = anchor_ms + steps * self.interval_ms
         else:
-            found = self._cron_after(after_ms)
+            try:
+                found = self._cron_after(after_ms)
+            except OverflowError:  # local times near the end of year 9999 leave datetime's range
+                return None
             if found is None:
                 return None
             due = found
@@ -335,6 +340,8 @@ def series_of(recurrence: Recurrence, due_ms: int) -> Series:
         raise RecurrenceError(f"max_count={recurrence.max_count}: give a count >= 1, or 0 for no limit")
     if recurrence.ordinal < 0:
         raise RecurrenceError(f"ordinal={recurrence.ordinal}: occurrences count from 1")
+    if recurrence.ordinal > MAX_ORDINAL:
+        raise RecurrenceError(f"ordinal={recurrence.ordinal}: the largest is {MAX_ORDINAL}")
     if recurrence.max_count and ordinal_of(recurrence) > recurrence.max_count:
         raise RecurrenceError(
             f"ordinal={recurrence.ordinal} is past max_count={recurrence.max_count}: the series is over"

@@ -148,6 +148,7 @@ def test_a_bad_cron_expression_says_what_is_wrong(expression: str, says: str) ->
         (Recurrence(interval_ms=1000, until_ms=5), "before the first due time"),
         (Recurrence(interval_ms=1000, max_count=-1), "max_count=-1"),
         (Recurrence(interval_ms=1000, max_count=2, ordinal=3), "past max_count"),
+        (Recurrence(interval_ms=1000, ordinal=2**63 - 1), "the largest is"),
     ],
 )
 def test_an_invalid_recurrence_is_refused_with_its_reason(recurrence: Recurrence, says: str) -> None:
@@ -166,6 +167,13 @@ def _series(
             break
         found.append(nxt)
     return found
+
+
+@pytest.mark.parametrize("cron", ["* * * * *", "59 23 31 12 *", "0 0 29 2 *"])
+@pytest.mark.parametrize("zone", ["UTC", "Pacific/Kiritimati", "Pacific/Niue"])
+def test_a_cron_series_due_at_the_end_of_year_9999_ends_there(cron: str, zone: str) -> None:
+    last = ms(9999, 12, 31, 23, 59)
+    assert _series(Recurrence(cron=cron, time_zone=zone), last)[1:] == []
 
 
 def test_an_interval_series_counts_its_occurrences_and_ends_at_max_count() -> None:

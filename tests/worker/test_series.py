@@ -160,6 +160,8 @@ def test_a_cron_series_fires_on_its_minutes(rig: Rig) -> None:
         (Recurrence(cron="0 9 * * *", time_zone="Europe/Atlantis"), b"unknown time zone"),
         (Recurrence(interval_ms=500), b"shortest interval"),
         (Recurrence(interval_ms=1000, until_ms=T_MS), b"before the first due time"),
+        # Counted up as it fires, in a 64-bit field: refused before it could overflow there.
+        (Recurrence(interval_ms=1000, ordinal=2**63 - 1), b"the largest is"),
     ],
 )
 def test_an_invalid_recurrence_is_dead_lettered_with_its_reason(
