@@ -16,11 +16,16 @@ from typing import NamedTuple
 
 from ktimers.producer import RecordHeaders
 from ktimers.recurrence import occurrence_headers
-from ktimers.wire import StoredTimer, callback_header_values, lay_out_callback_headers
+from ktimers.wire import H_OCCURRENCE, StoredTimer, callback_header_values, lay_out_callback_headers
 
 
 class Callback(NamedTuple):
     """What the worker sends when a timer fires, and what it records once it is delivered.
+
+    Not the ``StoredTimer`` it was built from: a callback waits in memory with its payload
+    once, and the rare paths that need the whole timer (a dead letter, a series' next
+    occurrence) read it from the table, which holds it until the callback is settled
+    (:func:`stored_timer`).
 
     Only strings, bytes, numbers and tuples of them, and one object per callback: thousands
     wait in memory for their second, and objects holding other objects (a list of header
@@ -36,9 +41,6 @@ class Callback(NamedTuple):
     timer_id: str
     due_ms: int
     source_offset: int
-    #: The ``StoredTimer`` as the table holds it: what a prepared callback is checked against
-    #: (:meth:`Lookahead.take`), and parsed again on the rare paths (dead letter, retry).
-    stored: bytes
     # The values of its headers (see ``ktimers.wire.lay_out_callback_headers``).
     id_header: bytes
     due_header: bytes
@@ -47,12 +49,29 @@ class Callback(NamedTuple):
     #: Ordinal of a recurring timer's occurrence (``kt-occurrence``); 0 for a timer that is no series.
     occurrence: int = 0
 
-    def timer(self) -> StoredTimer:
-        return StoredTimer.FromString(self.stored)
-
     def headers(self, fired: bytes) -> RecordHeaders:
         """Its headers, ``fired`` (epoch ms in decimal) as ``kt-fired-ms``."""
         return lay_out_callback_headers(self.own_headers, self.id_header, self.due_header, self.token, fired)
+
+
+def stored_timer(callback: Callback, stored: bytes | None) -> StoredTimer:
+    """The timer ``callback`` was built from: ``stored`` (its bytes in the table), or, if the
+    table no longer holds it (cancelled while its callback was on its way), what the
+    callback itself carries of it."""
+    if stored is not None:
+        return StoredTimer.FromString(stored)
+    timer = StoredTimer(source_partition=callback.partition, source_offset=callback.source_offset)
+    future = timer.future
+    future.callBackTopic, future.callBackKey, future.callBack = (
+        callback.topic,
+        callback.record_key.decode(errors="replace"),
+        callback.value,
+    )
+    future.id, future.due_ms, future.token = callback.timer_id, callback.due_ms, callback.token.decode()
+    for name, value in callback.own_headers:
+        if name != H_OCCURRENCE:  # ours, added to the user's
+            future.headers.add(key=name, value=value or b"")
+    return timer
 
 
 def prepare(key: bytes, partition: int, stored: bytes) -> Callback:
@@ -71,7 +90,6 @@ def prepare(key: bytes, partition: int, stored: bytes) -> Callback:
         timer_id,
         due_ms,
         timer.source_offset,
-        stored,
         id_header,
         due_header,
         own,

@@ -28,7 +28,7 @@ from confluent_kafka import KafkaError, KafkaException
 
 from futures.ingress.records import SourceRecord
 from futures.ingress.requests import seed_id
-from futures.worker.callbacks import Callback
+from futures.worker.callbacks import Callback, stored_timer
 from futures.worker.destinations import MAX_TOPICS, TopicDirectory
 from futures.worker.kafka import Deliveries, KafkaWriter, is_permanent
 from futures.worker.metrics import WorkerMetrics
@@ -90,8 +90,11 @@ class Dispatcher:
         status: WorkerStatus,
         clock: Callable[[], int],
         callback_topics: TopicDirectory,
+        stored: Callable[[Callback], bytes | None],
     ) -> None:
         self._topics = topics
+        #: A callback's timer as the table holds it, until it is settled (for its dead letter).
+        self._stored = stored
         self._writer = writer
         self._metrics = metrics
         self._status = status
@@ -341,7 +344,7 @@ class Dispatcher:
 
     def dead_letter_callback(self, callback: Callback, err: KafkaError) -> None:
         """A callback its topic refused for good: dead-letter the timer so it can be fixed and resent."""
-        timer = callback.timer()
+        timer = stored_timer(callback, self._stored(callback))
         future = timer.future
         reason = "callback-undeliverable"
         detail = short(f"{future.callBackTopic}: {err.str()}")

@@ -70,7 +70,13 @@ class TimerEngine:
         self.metrics = metrics
         self.status = status or WorkerStatus()  # what the admin API shows
         self.dispatch = Dispatcher(
-            config.common.topics, writer, metrics, self.status, clock, callback_topics or AnyTopic()
+            config.common.topics,
+            writer,
+            metrics,
+            self.status,
+            clock,
+            callback_topics or AnyTopic(),
+            stored=lambda callback: tables(callback.partition).get_raw(callback.key),
         )
         self._ctx = EngineContext(
             config, tables, writer, self.dispatch, metrics, clock, lock or asyncio.Lock(), owns

@@ -32,7 +32,7 @@ from dataclasses import dataclass, field
 
 from futures.worker.callbacks import Callback
 from futures.worker.changelog import Changes, commit
-from futures.worker.context import EngineContext
+from futures.worker.context import EngineContext, piece_count
 from futures.worker.dispatch import FireOutcome, Sending
 from futures.worker.lookahead import Lookahead
 from futures.worker.series import arm_next
@@ -69,6 +69,7 @@ class DueScan:
         want, room = count - len(self._items), max_bytes - self._bytes
         if want <= 0 or room <= 0 or not self.more:
             return
+        want = piece_count(want, room)
         items = self._table.due_items(self.limit_ms, want, after=self.last or None, max_bytes=room)
         read = sum(len(v) for _, v in items)
         self.more = len(items) == want or read >= room

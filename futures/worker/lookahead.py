@@ -5,7 +5,7 @@ A tick fires every timer due by its second in one go; building their callbacks t
 first. Between ticks the worker is mostly idle, so after a partition's clock moves
 to s, :meth:`Lookahead.moved` starts building its timers due by s + 1, a few hundred
 at a time under the engine lock (ticks and requests go on between), while the
-budget allows: a quarter of ``TIMERS_FIRE_BUDGET_BYTES`` across partitions.
+budget allows: its share of ``TIMERS_FIRE_BUDGET_BYTES`` across partitions (``FireBudget.ahead``).
 
 A callback built ahead is used only when the timer the tick's scan reads is stored
 exactly as it was built from (:meth:`Lookahead.take`): one replaced, cancelled or
@@ -31,7 +31,8 @@ class Lookahead:
     def __init__(self, ctx: EngineContext) -> None:
         self._ctx = ctx
         self.max_bytes = ctx.budget.ahead
-        self._ready: dict[int, dict[bytes, Callback]] = {}  # partition → table key → callback
+        #: partition → table key → the callback, and the stored timer it was built from.
+        self._ready: dict[int, dict[bytes, tuple[Callback, bytes]]] = {}
         self._count = 0
         self.bytes = 0
         self._ahead: dict[int, int] = {}  # partition → the second its clock is at, to build past
@@ -62,7 +63,7 @@ class Lookahead:
         self._ahead.pop(partition, None)
         ready = self._ready.pop(partition, {})
         self._count -= len(ready)
-        self.bytes -= sum(callback_bytes(c) for c in ready.values())
+        self.bytes -= sum(_held(c, stored) for c, stored in ready.values())
 
     def take(self, items: Iterable[tuple[bytes, int, bytes]]) -> Iterator[Callback]:
         """The callbacks of the timers ``items`` ((table key, partition, stored bytes)) as a tick's
@@ -70,13 +71,14 @@ class Lookahead:
         ready = self._ready
         for key, partition, stored in items:
             callbacks = ready.get(partition)
-            callback = None if callbacks is None else callbacks.pop(key, None)
-            if callback is None:
+            built = None if callbacks is None else callbacks.pop(key, None)
+            if built is None:
                 yield prepare(key, partition, stored)
                 continue
+            callback, built_from = built
             self._count -= 1
-            self.bytes -= callback_bytes(callback)
-            yield callback if callback.stored == stored else prepare(key, partition, stored)
+            self.bytes -= _held(callback, built_from)
+            yield callback if built_from == stored else prepare(key, partition, stored)
 
     def _fill(self, partition: int, items: Iterable[tuple[bytes, bytes]]) -> None:
         ready = self._ready.setdefault(partition, {})
@@ -86,9 +88,9 @@ class Lookahead:
             if old is None:
                 self._count += 1
             else:
-                self.bytes -= callback_bytes(old)
-            ready[key] = callback
-            self.bytes += callback_bytes(callback)
+                self.bytes -= _held(*old)
+            ready[key] = (callback, stored)
+            self.bytes += _held(callback, stored)
 
     async def _build(self) -> None:
         """Build the timers due in the second after each clock of ``self._ahead``, a few hundred
@@ -104,7 +106,7 @@ class Lookahead:
                         table = ctx.tables(partition)
                         if not ctx.owns(partition) or table.watermark != second:
                             break
-                        # A callback holds its payload twice: half the room, as stored timers.
+                        # Each kept with its stored timer: half the room, as stored timers.
                         room = (self.max_bytes - self.bytes) // 2
                         due = table.due_items(
                             (second + 1) * 1000, _BUILD_AT_ONCE, after=after, max_bytes=room
@@ -119,3 +121,8 @@ class Lookahead:
             # the same problem, if it is one, where it is handled.
             log.warning("building the next second's callbacks failed", exc_info=True)
             self._ahead.clear()
+
+
+def _held(callback: Callback, stored: bytes) -> int:
+    """What a callback built ahead holds in memory, with the stored timer it is checked against."""
+    return callback_bytes(callback) + len(stored)

@@ -31,7 +31,7 @@ from confluent_kafka import KafkaError
 
 from futures.worker.callbacks import Callback, prepare
 from futures.worker.changelog import Changes, commit
-from futures.worker.context import EngineContext, callback_bytes
+from futures.worker.context import EngineContext, callback_bytes, piece_count
 from futures.worker.join import RequestFrontier
 from futures.worker.kafka import Deliveries
 from futures.worker.series import arm_next
@@ -85,16 +85,17 @@ class PreciseMode:
 
     def _read(self, window: Window) -> bool:
         """Read on into ``window`` from the table, a slice of its second's timers, as far as the
-        budget has room (a callback holds its payload twice: half the room, as stored timers);
-        whether there may be more. A timer an ingest step has cancelled or replaced but not yet
-        deleted is marked removed in its window already (:meth:`Windows.cancel`,
-        :meth:`Windows.withdraw`), so this needs no lock: a read is one synchronous scan."""
+        budget has room; whether there may be more. A timer an ingest step has cancelled or
+        replaced but not yet deleted is marked removed in its window already
+        (:meth:`Windows.cancel`, :meth:`Windows.withdraw`), so this needs no lock: a read is
+        one synchronous scan."""
         if window.complete or window.gauge.full():
             return not window.complete
         partition, second = window.partition, window.second
-        room = (window.gauge.max_bytes - window.gauge.used) // 2
+        room = window.gauge.max_bytes - window.gauge.used
+        count = piece_count(_READ, room)
         due = self._ctx.tables(partition).due_items(
-            second * 1000, _READ, after=window.cursor, from_ms=(second - 1) * 1000 + 1, max_bytes=room
+            second * 1000, count, after=window.cursor, from_ms=(second - 1) * 1000 + 1, max_bytes=room
         )
         held, removed = window.held, window.removed
         for key, value in due:
@@ -104,7 +105,7 @@ class PreciseMode:
                 window.add((due_of_key(key), key, prepare(key, partition, value)))
         if due:
             window.cursor = due[-1][0]
-        window.complete = len(due) < _READ and sum(len(v) for _, v in due) < room
+        window.complete = len(due) < count and sum(len(v) for _, v in due) < room
         return not window.complete
 
     async def _read_on(self, window: Window) -> None:

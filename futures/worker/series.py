@@ -51,7 +51,10 @@ def arm_next(
     for callback, floor_ms in fired:
         if not callback.occurrence:
             continue
-        timer = callback.timer()
+        stored = ctx.tables(callback.partition).get_raw(callback.key)
+        if stored is None:
+            continue  # cancelled or replaced while its callback was on its way: the series ends here
+        timer = StoredTimer.FromString(stored)
         following = next_occurrence(timer.future, floor_ms)
         if following is None:
             continue  # the series is over: its last occurrence is only tombstoned

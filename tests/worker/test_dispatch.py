@@ -14,7 +14,13 @@ from tests.worker.fakes import FakeProducer, FakeTopics
 def test_requests_naming_ever_new_callback_topics_leave_memory_at_the_bound() -> None:
     directory = FakeTopics()
     dispatcher = Dispatcher(
-        TopicsConfig(), KafkaWriter(FakeProducer()), WorkerMetrics(), WorkerStatus(), lambda: 0, directory
+        TopicsConfig(),
+        KafkaWriter(FakeProducer()),
+        WorkerMetrics(),
+        WorkerStatus(),
+        lambda: 0,
+        directory,
+        stored=lambda callback: None,
     )
 
     def accept(n: int, topic: str) -> None:

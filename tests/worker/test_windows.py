@@ -208,43 +208,43 @@ def test_a_revoked_window_wakes_and_ends_and_a_failed_one_is_reported() -> None:
 def test_a_second_larger_than_the_budget_is_read_on_as_it_sends_and_cancels_still_win(
     tmp_path: Path,
 ) -> None:
-    # The windows' half of the smallest budget holds about two callbacks of 100 KB.
+    # The windows' three quarters of the smallest budget hold about eight callbacks of 100 KB.
     config = WorkerConfig(common=CommonConfig(kafka=KafkaConfig()), precise=True, fire_budget_bytes=1 << 20)
     rig = OwnerRig(tmp_path, config)
     rig.now = START + 10
     big = b"x" * 100_000
-    due = {f"a{i}": START + 100 + 100 * i for i in range(6)}
+    due = {f"a{i}": START + 100 + 80 * i for i in range(10)}
 
     async def scenario() -> None:
         await rig.engine.ingest([rig.request(t, d, payload=big) for t, d in due.items()])
-        await rig.engine.advance([rig.tick_record(T - 1)])  # opens window T: it holds a0, a1
+        await rig.engine.advance([rig.tick_record(T - 1)])  # opens window T: it holds a0..a7
         window = rig.engine._precise.windows._open[(0, T)]  # type: ignore[union-attr]
         assert not window.complete
         await rig.engine.ingest(
             [
                 rig.request("early", START + 50, payload=big),  # no room: taken without its callback
-                rig.request("late", START + 650),
-                rig.cancel("a4"),  # not read yet: the window must not send it when it reads it
+                rig.request("late", START + 900),
+                rig.cancel("a9"),  # not read yet: the window must not send it when it reads it
             ]
         )
-        assert len(window.deferred) == 2 and len(window.held) == 5  # a0..a2 read; "early", "late" deferred
-        assert table_key(due["a4"], "a4") in window.removed  # not read yet: marked for when it is
+        assert len(window.deferred) == 2 and len(window.held) == 10  # a0..a7 read; "early", "late" deferred
+        assert table_key(due["a9"], "a9") in window.removed  # not read yet: marked for when it is
         for step in range(START + 50, START + 1010, 10):
             rig.now = step
             await asyncio.sleep(0.003)
-        await _until(lambda: len(rig.produced()) == 7)
+        await _until(lambda: len(rig.produced()) == 11)
         await rig.engine.advance([rig.tick_record(T)])
 
     try:
         asyncio.run(scenario())
-        assert rig.produced() == ["early", "a0", "a1", "a2", "a3", "a5", "late"]
+        assert rig.produced() == ["early", *(f"a{i}" for i in range(9)), "late"]
         fired = {
             (s.header("kt-id") or b"").decode(): int(s.header("kt-fired-ms") or 0)
             for s in rig.producer.sent
             if s.topic == "orders"
         }
         assert all(
-            fired[t] >= d for t, d in {**due, "early": START + 50, "late": START + 650}.items() if t != "a4"
+            fired[t] >= d for t, d in {**due, "early": START + 50, "late": START + 900}.items() if t != "a9"
         )
         assert rig.pending_ids(0) == []
         assert rig.engine._precise.windows.gauge.used == 0  # type: ignore[union-attr]
