@@ -20,10 +20,10 @@ pytestmark = [
 ]
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
-OUR_WORKLOADS = {"hot-second", "spread", "steady-100", "steady-300", "capacity-hot"}
+OUR_WORKLOADS = {"hot-second", "spread", "steady-100", "capacity-hot"}
 PRECISE_WORKLOADS = {"precise-hot-second", "precise-300"}
 #: The durable Redis is measured on its ingest, the hot second and the steady rates.
-DURABLE_REDIS_WORKLOADS = {"hot-second", "steady-100", "steady-300"}
+DURABLE_REDIS_WORKLOADS = {"hot-second", "steady-100"}
 
 
 @pytest.fixture(scope="module")
