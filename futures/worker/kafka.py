@@ -113,6 +113,9 @@ def producer_config(
         **kafka.librdkafka(),
         "enable.idempotence": True,
         "acks": "all",
+        # The worker writes only to topics it has seen listed (futures/worker/destinations.py);
+        # one deleted since must not be created again by a callback on a cluster that allows it.
+        "allow.auto.create.topics": False,
         "linger.ms": 5,
         "batch.size": 1_000_000,
         "queue.buffering.max.messages": 1_000_000,

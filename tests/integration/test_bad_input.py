@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import time
 import uuid
 
@@ -9,6 +10,7 @@ import pytest
 from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient
 
+from futures.worker.kafka import Deliveries, KafkaWriter, is_permanent, producer_config
 from futures.worker.table import PartitionTimers
 from ktimers.wire import (
     H_ERROR,
@@ -110,3 +112,19 @@ def test_a_timer_to_a_topic_that_does_not_exist_is_dead_lettered_and_the_topic_n
     admin = AdminClient({"bootstrap.servers": running.bootstrap})
     topics = admin.list_topics(timeout=5).topics  # every topic: a listing creates none
     assert not set(missing) & set(topics), "the worker created a callback topic a request named"
+
+
+def test_the_workers_producer_never_creates_a_topic_by_writing_to_it(running: Stack) -> None:
+    # A callback topic deleted after the worker listed it: its next callback must fail (and be
+    # dead-lettered), not create the topic again on a broker that creates topics on demand.
+    config = producer_config(running.common.kafka)
+    config["topic.metadata.propagation.max.ms"] = 1000  # how long librdkafka waits for a topic to appear
+    writer = KafkaWriter(Producer(config))
+    topic = f"cb-deleted-{uuid.uuid4().hex[:8]}"
+    deliveries = Deliveries()
+    writer.produce(topic, b"k", b"v", deliveries=deliveries, index=0)
+    asyncio.run(asyncio.wait_for(writer.delivered(deliveries), timeout=20))
+    [error] = deliveries.errors.values()
+    assert is_permanent(error), error.str()  # dead-lettered, not retried
+    topics = AdminClient({"bootstrap.servers": running.bootstrap}).list_topics(timeout=5).topics
+    assert topic not in topics, "the worker's producer created the topic it wrote to"
