@@ -114,18 +114,61 @@ def _series_state() -> tuple[Column, Column, Column]:
     landed = F.array_max(F.transform(F.filter(mine, lambda e: e["ordinal"].isNull()), lambda e: e["due_ms"]))
     running = F.coalesce(latest.isNotNull() & (landed.isNull() | (latest["due_ms"] > landed)), F.lit(False))
     fired_dues = F.array_distinct(F.transform(F.filter(mine, lambda e: e["fired"]), lambda e: e["due_ms"]))
-
-    def ordinal_of(due: Column) -> Column:
-        named = F.array_max(
-            F.transform(F.filter(armed, lambda e: e["due_ms"] == due), lambda e: e["ordinal"])
-        )
-        return F.when(due == F.col("due_ms"), F.lit(None).cast("long")).otherwise(named)
-
+    own_due = F.col("due_ms")
     fired = F.filter(
-        F.transform(fired_dues, lambda d: F.struct(d.alias("due_ms"), ordinal_of(d).alias("ordinal"))),
-        lambda o: (o["due_ms"] == F.col("due_ms")) | o["ordinal"].isNotNull(),
+        F.transform(
+            _named_occurrences(armed, fired_dues),
+            lambda o: F.struct(
+                o["due_ms"].alias("due_ms"),
+                F.when(o["due_ms"] != own_due, o["ordinal"]).alias("ordinal"),
+            ),
+        ),
+        lambda o: (o["due_ms"] == own_due) | o["ordinal"].isNotNull(),
     )
     return running, latest, fired
+
+
+def _named_occurrences(armed: Column, dues: Column) -> Column:
+    """(due_ms, ordinal) of each of ``dues`` (distinct), earliest first: the highest ordinal an
+    arming event in ``armed`` names for that due time, or null.
+
+    One sort of both lists together, not a search of the armed list per due time: a series
+    that ran every second for a day has 86,400 of each. Sorted by (due, armed before fired,
+    ordinal), an occurrence's arming event with the highest ordinal is right before it.
+    """
+    entries = F.array_sort(
+        F.concat(
+            F.transform(
+                armed,
+                lambda e: F.struct(
+                    e["due_ms"].alias("due_ms"), F.lit(0).alias("fired"), e["ordinal"].alias("ordinal")
+                ),
+            ),
+            F.transform(
+                dues,
+                lambda d: F.struct(
+                    d.alias("due_ms"), F.lit(1).alias("fired"), F.lit(None).cast("long").alias("ordinal")
+                ),
+            ),
+        )
+    )
+
+    # Each entry beside the one before it (zip_with evaluates both lists once: a lambda that
+    # indexed ``entries`` would sort them again for every entry).
+    nothing = F.lit(None).cast("long")
+    first = F.struct(nothing.alias("due_ms"), F.lit(1).alias("fired"), nothing.alias("ordinal"))
+    before = F.concat(F.array(first), entries)
+
+    def named(entry: Column, previous: Column) -> Column:
+        arming = (previous["fired"] == 0) & (previous["due_ms"] == entry["due_ms"])
+        return F.struct(
+            entry["due_ms"].alias("due_ms"),
+            entry["fired"].alias("fired"),
+            F.when(arming, previous["ordinal"]).alias("ordinal"),
+        )
+
+    # ``before`` is one longer: its last pairs with a null entry, left out with the arming ones.
+    return F.filter(F.zip_with(entries, before, named), lambda o: o["fired"] == 1)
 
 
 def _log_order(requests: DataFrame, topics: int) -> tuple[DataFrame, tuple[str, ...]]:

@@ -7,6 +7,7 @@ from collections import Counter
 import pyarrow as pa
 import pytest
 from pyspark.sql import SparkSession
+from pyspark.sql import functions as F
 
 from futures.jobs.compact import transform
 from futures.jobs.config import JobConfig
@@ -15,7 +16,7 @@ from futures.jobs.outputs import callback_records
 from futures.jobs.replay import ReplayOptions, select
 from futures.jobs.report import collect
 from futures.jobs.report import transform as report
-from futures.jobs.versions import count
+from futures.jobs.versions import _named_occurrences, count
 from ktimers.wire import H_DUE_MS, H_FIRED_MS, H_ID, H_OCCURRENCE, Future, Header, Recurrence, header_value
 from tests.jobs.crafted import T0, Events, Kind, Log
 
@@ -180,3 +181,34 @@ def test_occurrence_futures_rewrite_only_the_rows_given() -> None:
     assert (nxt.due_ms, nxt.recurrence.ordinal, nxt.recurrence.first_due_ms) == (D + MINUTE, 2, D)
     nothing = pa.array([None, None], pa.binary())
     assert occurrence_futures(nothing, pa.array([D, D]), pa.array([None, None])).null_count == 2
+
+
+def _occurrences_named(armed: list[tuple[int, int]], dues: list[int]) -> list[tuple[int, int | None]]:
+    """What a reader of the log makes of a series' occurrences: for each due time that fired,
+    the highest ordinal an arming event names for it, or None; earliest first."""
+    best: dict[int, int] = {}
+    for due, ordinal in armed:
+        best[due] = max(ordinal, best.get(due, ordinal))
+    return [(due, best.get(due)) for due in sorted(set(dues))]
+
+
+def test_each_fired_occurrence_gets_the_ordinal_its_arming_named_even_in_a_long_series(
+    spark: SparkSession,
+) -> None:
+    day = 86_400
+    cases = [
+        # Armed twice for one due time (a crash repeated an arming), an arming lost, one never fired.
+        ([(1_000, 1), (2_000, 2), (2_000, 3), (4_000, 5)], [3_000, 2_000, 1_000, 5_000, 2_000]),
+        ([], [7_000]),
+        ([(9_000, 4)], []),
+        # A series that ran every second for a day: one sort, not a search per occurrence.
+        ([(T0 + 1000 * s, s + 1) for s in range(day)], [T0 + 1000 * s for s in range(0, day, 2)]),
+    ]
+    rows = spark.createDataFrame(
+        [([{"due_ms": d, "ordinal": o} for d, o in armed], dues) for armed, dues in cases],
+        "armed array<struct<due_ms: bigint, ordinal: bigint>>, dues array<bigint>",
+    )
+    named = rows.select(_named_occurrences(F.col("armed"), F.array_distinct("dues")).alias("named")).collect()
+    assert [[(o["due_ms"], o["ordinal"]) for o in row["named"]] for row in named] == [
+        _occurrences_named(armed, dues) for armed, dues in cases
+    ]
