@@ -59,7 +59,7 @@ class Sweep:
                     continue
                 part = changes[partition] = Changes()
                 for fired_key, keys in found:
-                    part.changelog_only.extend((key, None) for key in keys if table.get_raw(key) is None)
+                    part.changelog_only.extend((key, None) for key in table.absent(keys))
                     part.records.append((fired_key, None))
                     left -= len(keys)
             if changes:

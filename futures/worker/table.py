@@ -302,6 +302,11 @@ class PartitionTimers:
         value = self._db.get(key)
         return None if value is None else bytes(value)
 
+    def absent(self, keys: list[bytes]) -> list[bytes]:
+        """Those of ``keys`` the table does not hold, in order: one MultiGet (see :meth:`dues_of_ids`)."""
+        found: list[bytes | None] = self._db.get(keys)  # type: ignore[arg-type, assignment]
+        return [key for key, value in zip(keys, found, strict=True) if value is None]
+
     def due_items(
         self,
         limit_ms: int,
