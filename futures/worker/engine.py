@@ -46,6 +46,10 @@ from ktimers.wire import decode_tick
 
 log = logging.getLogger(__name__)
 
+#: Second mode: how long the first ticks of a second wait for the same second's ticks of this
+#: worker's other partitions, which a fetch may not have brought with them (seconds).
+TICK_GATHER_S = 0.025
+
 __all__ = ["TimerEngine", "wall_clock_ms"]
 
 
@@ -100,6 +104,8 @@ class TimerEngine:
             on_bound=metrics.join_wait_bound.inc,
         )
         self._woken = asyncio.Event()
+        #: Second mode: partition → the second its clock last moved to (the ticks a second expects).
+        self._clocks: dict[int, int] = {}
         self._ticks_log = ThrottledLog(log)
 
     # -- request → table -------------------------------------------------------
@@ -153,9 +159,44 @@ class TimerEngine:
             except TimeoutError:
                 pass
             self._woken.clear()
+            await self._gather()
             await self.fire_ready()
             if not self._waiting and await self._sweep.step():
                 self._woken.set()  # more to sweep: after what woke the engine meanwhile
+
+    async def _gather(self) -> None:
+        """Second mode: wait at most TICK_GATHER_S for the rest of a second's ticks.
+
+        The oscillator ticks every partition at once, but a fetch may bring some of them
+        and the next fetch the rest, and that fetch waits for the firing of the first
+        ones (the fetcher applies an ingest step under the engine lock in between): the
+        timers due first in the later partitions would wait out a whole firing. Fired
+        together, all go out as one stream in due order (:mod:`futures.worker.firing`).
+        Not waited for: a partition whose clock is not one second behind (it is catching
+        up, or its ticks stopped: then it is waited for once).
+        """
+        if self._precise is not None:
+            return
+        deadline = asyncio.get_running_loop().time() + TICK_GATHER_S
+        while True:
+            waiting = self._waiting.seconds()
+            if not waiting:
+                return
+            second = max(waiting.values())
+            owns = self._ctx.owns
+            if not any(
+                clock == second - 1 and partition not in waiting and owns(partition)
+                for partition, clock in self._clocks.items()
+            ):
+                return
+            left = deadline - asyncio.get_running_loop().time()
+            if left <= 0:
+                return
+            self._woken.clear()
+            try:
+                await asyncio.wait_for(self._woken.wait(), left)
+            except TimeoutError:
+                return
 
     async def sweep(self) -> None:
         """Write every fired timer's own tombstone now (:mod:`futures.worker.sweep`; tests)."""
@@ -182,6 +223,7 @@ class TimerEngine:
                     await self._precise.open(partition, second)
             else:
                 self._lookahead.moved(moved)
+                self._clocks.update(moved)
         self.metrics.ticks.labels("advanced").inc(len(moved))
 
     def _join(self, firing: Collection[int]) -> dict[int, int]:
@@ -241,6 +283,8 @@ class TimerEngine:
         for receivers to deduplicate). The callbacks built ahead for them are dropped.
         """
         revoked = set(partitions)
+        for partition in revoked:
+            self._clocks.pop(partition, None)
         if self._precise is not None:
             self._precise.windows.revoke(revoked)
         for partition in revoked:

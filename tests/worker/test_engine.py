@@ -13,6 +13,7 @@ import pytest
 from confluent_kafka import KafkaError
 
 from futures.ingress.records import SourceRecord
+from futures.worker import engine as engine_module
 from futures.worker.config import LatePolicy
 from futures.worker.engine import TimerEngine
 from futures.worker.kafka import KafkaWriter
@@ -643,6 +644,69 @@ def test_a_tick_fetched_while_another_partition_fires_joins_that_firing(rig):
     rig.tick(T, partitions=(1,))  # a second oscillator's copy
     assert rig.fired() == ["p0", "p1"]
     assert rig.ticks_counted("duplicate") == 1
+
+
+async def _run_until(rig: Rig, fired: int, within_s: float) -> float:
+    """Run the engine's firing task until ``fired`` callbacks went out; seconds it took."""
+    loop = asyncio.get_running_loop()
+    start = loop.time()
+    runner = asyncio.create_task(rig.engine.run())
+    try:
+        async with asyncio.timeout(within_s):
+            while len(rig.fired()) < fired:
+                await asyncio.sleep(0.001)
+    finally:
+        runner.cancel()
+    return loop.time() - start
+
+
+def test_a_seconds_ticks_fetched_apart_fire_as_one_stream_in_due_order(rig, monkeypatch):
+    # A fetch may bring some partitions' ticks of a second and the next fetch the rest: fired
+    # at once, the first ones' firing would make the others' most overdue timers wait for it.
+    monkeypatch.setattr(engine_module, "TICK_GATHER_S", 30.0)
+    rig.tick(T - 1, partitions=(0, 1, 2, 3))  # every clock one second behind
+    rig.ingest(
+        rig.request("late-in-p0", T_MS - 100, partition=0),
+        rig.request("early-in-p1", T_MS - 900, partition=1),
+    )
+    rig.now = T_MS + 10
+
+    async def fetched_apart() -> None:
+        rig.engine.note_ticks([rig.tick_record(T, partition=0), rig.tick_record(T, partition=3)])
+        rig.engine.wake()
+        runner = asyncio.create_task(_run_until(rig, 2, within_s=10))
+        await asyncio.sleep(0.05)
+        assert rig.fired() == []  # waiting for partitions 1 and 2
+        rig.engine.note_ticks([rig.tick_record(T, partition=1), rig.tick_record(T, partition=2)])
+        rig.engine.wake()
+        await runner  # at once, not after the 30 s bound
+
+    asyncio.run(fetched_apart())
+    assert rig.fired() == ["early-in-p1", "late-in-p0"]
+    assert all(rig.table(p).watermark == T for p in range(4))
+
+
+def test_a_partition_whose_tick_does_not_come_delays_the_others_once_and_briefly(rig, monkeypatch):
+    gather_s = 0.3
+    monkeypatch.setattr(engine_module, "TICK_GATHER_S", gather_s)
+    rig.tick(T - 1, partitions=(0, 1))
+    rig.ingest(rig.request("first", T_MS - 100), rig.request("next", T_MS + 900))
+
+    async def partition_1_silent() -> tuple[float, float]:
+        rig.now = T_MS + 10
+        rig.engine.note_ticks([rig.tick_record(T, partition=0)])
+        rig.engine.wake()
+        waited = await _run_until(rig, 1, within_s=10)
+        rig.now = T_MS + 1010
+        rig.engine.note_ticks([rig.tick_record(T + 1, partition=0)])
+        rig.engine.wake()
+        return waited, await _run_until(rig, 2, within_s=10)
+
+    waited, then = asyncio.run(partition_1_silent())
+    assert rig.fired() == ["first", "next"]
+    assert gather_s * 0.9 <= waited < 5  # waited for partition 1's tick, boundedly
+    assert then < gather_s  # one second behind no more: not waited for again
+    assert rig.table(1).watermark == T - 1
 
 
 def test_a_tick_waits_for_the_requests_written_before_it(rig):
