@@ -242,6 +242,11 @@ class CapacityRun:
         rates = [statistics.median(s.rates) if s.rates else 0.0 for s in self.steps]
         return [None, *(b / a if a else None for a, b in zip(rates, rates[1:], strict=False))]
 
+    def shares_of_first(self) -> list[float | None]:
+        """Each size's hot-second rate (median) as a share of the first size's (None for the first)."""
+        rates = [statistics.median(s.rates) if s.rates else 0.0 for s in self.steps]
+        return [None, *(rate / rates[0] if rates[0] else None for rate in rates[1:])]
+
 
 @dataclass
 class Job:
