@@ -46,7 +46,8 @@ class Profile:
     tail_timeout_s: float
     #: Time left between the planned end of a load and the first due time.
     load_margin_s: float
-    #: Sample the worker with py-spy during each measurement (top functions in the report).
+    #: Sample the worker with py-spy (top functions in the report), in a run of its own after the
+    #: measured ones: its figures are not kept.
     profile_worker: bool
 
 

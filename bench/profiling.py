@@ -1,8 +1,10 @@
 """Where the worker's CPU goes during a measurement: py-spy, sampling from outside.
 
 py-spy reads the worker's memory without pausing it (``--nonblocking``) at a low
-rate, so the figures it accompanies are not skewed; it only samples threads that
-are running, so the shares are of CPU time, not of wall time.
+rate; it only samples threads that are running, so the shares are of CPU time, not
+of wall time. Its own CPU is taken from the machine the worker shares, so the
+figures of a sampled run are not reported (:func:`bench.run.run` profiles a run of
+its own).
 """
 
 from __future__ import annotations

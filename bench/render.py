@@ -266,7 +266,7 @@ def capacity_table(runs: Runs) -> list[str]:
 def targets_block(runs: Runs, capacity: CapacityRun | None = None) -> Block:
     """The targets' verdicts; the 10 M ones from ``capacity`` when these runs loaded fewer timers.
 
-    Each missed target is followed by the profile of its phase (run 1) and a link to the section
+    Each missed target is followed by the profile of its phase (the profiled run) and a link to the section
     of PERFORMANCE.md that says what would close it.
     """
     rows = ["| target | measured | verdict |", "|---|---|---|"]
