@@ -266,6 +266,26 @@ def test_rescheduling_an_id_keeps_only_the_latest_version(rig):
     assert rig.table(0).pending == 0
 
 
+@pytest.mark.parametrize("chunk", [1, 2, 3, 100])
+def test_a_step_written_in_several_pieces_keeps_only_each_ids_latest_version(make_rig, chunk):
+    # Every `chunk` timers a step is written before it goes on: a version staged in a piece
+    # written already must be replaced, not fire beside the newer one.
+    rig = make_rig(fire_chunk_size=chunk)
+    rig.ingest(rig.request("old", T_MS + 2000, payload=b"old-v1"))
+    rig.ingest(
+        rig.request("x", T_MS + 5000, payload=b"v1"),
+        rig.request("y", T_MS + 4000, payload=b"y"),
+        rig.request("old", T_MS + 6000, payload=b"old-v2"),
+        rig.request("x", T_MS + 3000, payload=b"v2"),
+        rig.cancel("y"),
+        rig.request("x", T_MS + 7000, payload=b"v3"),
+    )
+    assert rig.table(0).pending == 2
+    rig.tick(T + 10)
+    assert [cb.value for cb in rig.callbacks()] == [b"old-v2", b"v3"]
+    assert rig.table(0).pending == 0
+
+
 def test_rescheduling_to_the_same_due_time_replaces_the_payload(rig):
     rig.ingest(rig.request("x", T_MS + 1000, payload=b"v1"))
     rig.ingest(rig.request("x", T_MS + 1000, payload=b"v2"))
