@@ -37,6 +37,8 @@ from ktimers.wire import KIND_BATCH, KIND_FUTURE, KIND_HEADER, Future, FutureBat
 
 #: The tag of ``StoredTimer.future`` (field 1, length-delimited).
 _FUTURE_TAG = b"\n"
+#: The tag of ``StoredTimer.source_offset`` (field 3, a varint).
+_SOURCE_OFFSET_TAG = b"\x18"
 
 
 class Timers(NamedTuple):
@@ -71,7 +73,11 @@ class Decoder:
                 accepted_ms=self._context.now_ms, source_topic=record.topic
             ).SerializeToString()
             parts = self._tails[record.topic, record.partition] = (before, after)
-        return parts[0] + StoredTimer(source_offset=record.offset).SerializeToString() + parts[1]
+        offset = record.offset
+        if offset <= 0:  # 0 is the field's default, left out; no offset is negative
+            return parts[0] + StoredTimer(source_offset=offset).SerializeToString() + parts[1]
+        # Encoded by hand: a protobuf message built per record costs more than the varint.
+        return parts[0] + _SOURCE_OFFSET_TAG + _varint(offset) + parts[1]
 
     def decode(self, record: SourceRecord) -> Timers | None:
         """The timers of native ``record`` as columns if every one of them is valid; None otherwise

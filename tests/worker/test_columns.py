@@ -103,7 +103,7 @@ sent = st.one_of(
 @given(
     sent=sent,
     key=st.sampled_from([None, b"1795000000"]),
-    offset=st.sampled_from([0, 77, 2**40]),
+    offset=st.sampled_from([0, 1, 77, 127, 128, 16_383, 16_384, 2**40, 2**63 - 1]),
     config=st.sampled_from(CONFIGS),
 )
 def test_columns_hold_what_the_parser_schedules(
