@@ -12,7 +12,7 @@ SHELL := bash
 .DEFAULT_GOAL := help
 .DELETE_ON_ERROR:
 
-.PHONY: help venv install constraints proto lint test run broker topics clean distclean redis bench bench-full bench-capacity failover bench-jobs
+.PHONY: help venv install constraints proto lint test run broker topics clean distclean redis valgrind bench bench-full bench-capacity bench-engine failover bench-jobs
 .PHONY: java compact replay report
 .PHONY: helm-lint promtool
 .PHONY: browser
@@ -45,7 +45,7 @@ lint: $(STAMP) ## ruff check, ruff format --check, mypy
 	$(BIN)/ruff format --check
 	$(BIN)/mypy $(LINT_PATHS)
 
-test: $(STAMP) redis java browser promtool lint helm-lint ## lint, then every test (starts its own embedded broker)
+test: $(STAMP) redis valgrind java browser promtool lint helm-lint ## lint, then every test (starts its own embedded broker)
 	$(BIN)/pytest
 
 run: $(STAMP) ## broker, topics, oscillator, worker and a demo; Ctrl-C stops (RUN_SECONDS=N: after N s)
@@ -56,6 +56,11 @@ redis: ## install Debian's redis-server (the benchmarks' Redis baseline) if it i
 		SUDO=$$(test "$$(id -u)" = 0 || echo sudo); \
 		$$SUDO apt-get update -qq && $$SUDO apt-get install -y -qq redis-server; }
 
+valgrind: ## install Debian's valgrind (bench-engine counts instructions with it) if it is missing
+	@command -v valgrind >/dev/null || { \
+		SUDO=$$(test "$$(id -u)" = 0 || echo sudo); \
+		$$SUDO apt-get update -qq && $$SUDO apt-get install -y -qq valgrind; }
+
 bench: $(STAMP) redis ## measure 3 times (~25 min): docs/bench/results.json, BENCHMARKS.md, *.png; any Kafka: KAFKA_BOOTSTRAP_SERVERS
 	$(BIN)/python -m bench --profile quick --repeat 3
 
@@ -64,6 +69,9 @@ bench-full: $(STAMP) redis ## the large sizes: a 1 M-timer hot second, 10 M pend
 
 bench-capacity: $(STAMP) ## one worker from few to 10 M pending timers: RSS and hot-second rate, docs/BENCHMARKS.md (~15 min)
 	$(BIN)/python -m bench.capacity $(ARGS)
+
+bench-engine: $(STAMP) valgrind ## the engine alone, no broker: CPU instructions per timer accepted and fired (~4 min)
+	$(BIN)/python -m bench.engine --instructions $(ARGS)
 
 failover: $(STAMP) ## SIGKILL a worker: seconds until its partitions fire again (docs/FAILOVER.md, ~3 min)
 	$(BIN)/python -m bench.failover $(ARGS)
