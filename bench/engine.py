@@ -1,10 +1,9 @@
 """``python -m bench.engine``: what the engine's own code costs per timer, with no broker.
 
-``make bench`` measures the whole system on a shared two-core machine, where the same code
-measures ±30 % apart from one run to the next: a change worth a few percent is lost in it.
-This measures only the worker's engine, in this process — the partition tables in RocksDB
-under a temporary directory, a producer that reports every record delivered at once — in
-three phases:
+``make bench`` measures the whole system on a shared two-core machine, where runs of the same
+code differ by up to a third: a change worth a few percent is lost in it. This measures only
+the worker's engine, in this process — the partition tables in RocksDB under a temporary
+directory, a producer that reports every record delivered at once — in three phases:
 
 * ``single``: ingest of one ``Future`` per record, steps of 2,000 records;
 * ``batched``: ingest of ``FutureBatch`` records of 1,000 timers, steps of 20 records;
@@ -13,10 +12,10 @@ three phases:
 
 It reports the main thread's CPU per timer; with ``--instructions``, the CPU instructions per
 timer instead, counted by valgrind's callgrind (Debian's ``valgrind``): the same code on the
-same input counts the same to a few parts in ten thousand, however busy the machine. A phase is counted
-twice, once whole and once with only its preparation (``--prepare-only``), and the difference
-divided by the timers. What the producer and the broker cost is not in these figures; what
-the engine's Python, RocksDB and protobuf cost is.
+same input counts the same to a few parts in ten thousand, however busy the machine. A phase
+is counted twice, once whole and once with only its preparation (``--prepare-only``), and the
+difference divided by the timers. What the producer and the broker cost is not in these
+figures; what the engine's Python, RocksDB and protobuf cost is.
 """
 
 from __future__ import annotations
@@ -47,6 +46,8 @@ from ktimers.config import BrokerProfile, CommonConfig, KafkaConfig
 from ktimers.producer import DeliveryCallback
 from ktimers.wire import KIND_BATCH, KIND_HEADER, Future, FutureBatch, Tick, encode_second_key
 
+#: Where ``python -m bench.engine`` runs from (its callgrind runs too).
+REPO = Path(__file__).resolve().parents[1]
 PHASES = ("single", "batched", "fire")
 #: The epoch second the engine's clock starts at; timers are due an hour later.
 START_S = 1_795_000_000
@@ -177,6 +178,12 @@ def batched_records(rig: Rig, count: int, due_ms: Callable[[int], int]) -> list[
     return [records[at : at + BATCH_STEP] for at in range(0, len(records), BATCH_STEP)]
 
 
+@dataclass(frozen=True)
+class PhaseRun:
+    cpu_s: float  # the main thread's CPU seconds in the measured part
+    pending: int  # timers pending in the tables afterwards
+
+
 async def _phase(rig: Rig, phase: str, count: int, prepare_only: bool) -> PhaseRun:
     engine = rig.engine
     if phase == "fire":
@@ -205,12 +212,6 @@ async def _phase(rig: Rig, phase: str, count: int, prepare_only: bool) -> PhaseR
             await apply(step)
     spent = time.thread_time() - started
     return PhaseRun(spent, sum(table.pending for table in rig.tables.values()))
-
-
-@dataclass(frozen=True)
-class PhaseRun:
-    cpu_s: float  # the main thread's CPU seconds in the measured part
-    pending: int  # timers pending in the tables afterwards
 
 
 def run_phase(phase: str, count: int, *, prepare_only: bool = False) -> PhaseRun:
@@ -250,7 +251,7 @@ def count_instructions(phase: str, count: int, prepare_only: bool) -> int:
         command.append("--prepare-only")
     # Python's string hashes are seeded per process: fixed, dicts are laid out the same every run.
     env = {**os.environ, "PYTHONHASHSEED": "0"}
-    done = subprocess.run(command, capture_output=True, text=True, env=env, check=False)  # noqa: S603
+    done = subprocess.run(command, cwd=REPO, capture_output=True, text=True, env=env, check=False)  # noqa: S603
     found = _REFS.search(done.stderr)
     if done.returncode != 0 or found is None:
         raise SystemExit(f"bench.engine: callgrind run failed ({done.returncode}):\n{done.stderr[-2000:]}")
