@@ -106,12 +106,14 @@ class TimerEvent(_message.Message):
     def __init__(self, id: _Optional[str] = ..., kind: _Optional[_Union[TimerEvent.Kind, str]] = ..., due_ms: _Optional[int] = ..., at_ms: _Optional[int] = ..., partition: _Optional[int] = ..., source_offset: _Optional[int] = ..., reason: _Optional[str] = ..., callback_topic: _Optional[str] = ...) -> None: ...
 
 class TimerEventBatch(_message.Message):
-    __slots__ = ("events", "fired")
+    __slots__ = ("events", "fired", "scheduled")
     EVENTS_FIELD_NUMBER: _ClassVar[int]
     FIRED_FIELD_NUMBER: _ClassVar[int]
+    SCHEDULED_FIELD_NUMBER: _ClassVar[int]
     events: _containers.RepeatedCompositeFieldContainer[TimerEvent]
     fired: _containers.RepeatedCompositeFieldContainer[FiredTimers]
-    def __init__(self, events: _Optional[_Iterable[_Union[TimerEvent, _Mapping]]] = ..., fired: _Optional[_Iterable[_Union[FiredTimers, _Mapping]]] = ...) -> None: ...
+    scheduled: _containers.RepeatedCompositeFieldContainer[ScheduledTimers]
+    def __init__(self, events: _Optional[_Iterable[_Union[TimerEvent, _Mapping]]] = ..., fired: _Optional[_Iterable[_Union[FiredTimers, _Mapping]]] = ..., scheduled: _Optional[_Iterable[_Union[ScheduledTimers, _Mapping]]] = ...) -> None: ...
 
 class FiredTimers(_message.Message):
     __slots__ = ("id", "due_ms", "source_offset", "at_ms", "partition")
@@ -144,3 +146,21 @@ class Recurrence(_message.Message):
     ordinal: int
     first_due_ms: int
     def __init__(self, cron: _Optional[str] = ..., time_zone: _Optional[str] = ..., interval_ms: _Optional[int] = ..., until_ms: _Optional[int] = ..., max_count: _Optional[int] = ..., ordinal: _Optional[int] = ..., first_due_ms: _Optional[int] = ...) -> None: ...
+
+class ScheduledTimers(_message.Message):
+    __slots__ = ("id", "due_ms", "source_offset", "callback_topic", "at_ms", "partition", "at_event")
+    ID_FIELD_NUMBER: _ClassVar[int]
+    DUE_MS_FIELD_NUMBER: _ClassVar[int]
+    SOURCE_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    CALLBACK_TOPIC_FIELD_NUMBER: _ClassVar[int]
+    AT_MS_FIELD_NUMBER: _ClassVar[int]
+    PARTITION_FIELD_NUMBER: _ClassVar[int]
+    AT_EVENT_FIELD_NUMBER: _ClassVar[int]
+    id: _containers.RepeatedScalarFieldContainer[str]
+    due_ms: _containers.RepeatedScalarFieldContainer[int]
+    source_offset: _containers.RepeatedScalarFieldContainer[int]
+    callback_topic: _containers.RepeatedScalarFieldContainer[str]
+    at_ms: int
+    partition: int
+    at_event: int
+    def __init__(self, id: _Optional[_Iterable[str]] = ..., due_ms: _Optional[_Iterable[int]] = ..., source_offset: _Optional[_Iterable[int]] = ..., callback_topic: _Optional[_Iterable[str]] = ..., at_ms: _Optional[int] = ..., partition: _Optional[int] = ..., at_event: _Optional[int] = ...) -> None: ...

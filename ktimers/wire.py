@@ -20,6 +20,7 @@ from ktimers.timers_pb2 import (
     FutureBatch,
     Header,
     Recurrence,
+    ScheduledTimers,
     StoredTimer,
     Tick,
     TimerEvent,
@@ -33,6 +34,7 @@ __all__ = [
     "FutureBatch",
     "Header",
     "Recurrence",
+    "ScheduledTimers",
     "StoredTimer",
     "Tick",
     "TimerEvent",
@@ -190,28 +192,76 @@ def decode_events(
     value: bytes | None, headers: Iterable[tuple[str, bytes | None]] | None
 ) -> list[TimerEvent]:
     """The events of one `timer-events` record, in order: a ``TimerEventBatch``
-    (``kt-kind: batch``, as the worker writes them; its ``fired`` columns become
-    FIRED events after its ``events``) or one ``TimerEvent``.
+    (``kt-kind: batch``, as the worker writes them; see :func:`batch_parts` for its order)
+    or one ``TimerEvent``.
 
     Raises ``google.protobuf.message.DecodeError`` for a value that is neither.
     """
     if header_value(headers, KIND_HEADER) != KIND_BATCH:
         return [TimerEvent.FromString(value or b"")]
-    batch = TimerEventBatch.FromString(value or b"")
-    events = list(batch.events)
-    for block in batch.fired:
-        events.extend(
-            TimerEvent(
-                id=timer_id,
-                kind=TimerEvent.FIRED,
-                due_ms=due_ms,
-                at_ms=block.at_ms,
-                partition=block.partition,
-                source_offset=source_offset,
+    events: list[TimerEvent] = []
+    for part in batch_parts(TimerEventBatch.FromString(value or b"")):
+        if isinstance(part, TimerEvent):
+            events.append(part)
+        elif isinstance(part, ScheduledTimers):
+            events.extend(
+                TimerEvent(
+                    id=timer_id,
+                    kind=TimerEvent.SCHEDULED,
+                    due_ms=due_ms,
+                    at_ms=part.at_ms,
+                    partition=part.partition,
+                    source_offset=source_offset,
+                    callback_topic=topic,
+                )
+                for timer_id, due_ms, source_offset, topic in scheduled_columns(part)
             )
-            for timer_id, due_ms, source_offset in fired_columns(block)
-        )
+        else:
+            events.extend(
+                TimerEvent(
+                    id=timer_id,
+                    kind=TimerEvent.FIRED,
+                    due_ms=due_ms,
+                    at_ms=part.at_ms,
+                    partition=part.partition,
+                    source_offset=source_offset,
+                )
+                for timer_id, due_ms, source_offset in fired_columns(part)
+            )
     return events
+
+
+#: A part of a ``TimerEventBatch``: one event, or a block of events column by column.
+BatchPart = TimerEvent | ScheduledTimers | FiredTimers
+
+
+def batch_parts(batch: TimerEventBatch) -> list[BatchPart]:
+    """The parts of ``batch`` in the order their events happened: its ``events``, each
+    ``ScheduledTimers`` block just before the event at its ``at_event`` (after them all when
+    that is past the end), then its ``FiredTimers`` blocks."""
+    events = batch.events
+    # Stable: blocks at one place keep their order.
+    places = sorted(batch.scheduled, key=lambda block: min(max(block.at_event, 0), len(events)))
+    parts: list[BatchPart] = []
+    at = 0
+    for index, event in enumerate(events):
+        while at < len(places) and places[at].at_event <= index:
+            parts.append(places[at])
+            at += 1
+        parts.append(event)
+    parts.extend(places[at:])
+    parts.extend(batch.fired)
+    return parts
+
+
+def _columns(block: FiredTimers | ScheduledTimers, names: tuple[str, ...]) -> Iterator[tuple[Any, ...]]:
+    """The rows of a block's equally long columns ``names``; ``DecodeError`` where they are not
+    (a block not written by a worker)."""
+    columns = [getattr(block, name) for name in names]
+    if len({len(column) for column in columns}) > 1:
+        lengths = ", ".join(f"{len(column)} {name}" for name, column in zip(names, columns, strict=True))
+        raise DecodeError(f"{type(block).__name__} columns differ in length: {lengths}")
+    return zip(*columns, strict=True)
 
 
 def fired_columns(block: FiredTimers) -> Iterator[tuple[str, int, int]]:
@@ -219,12 +269,21 @@ def fired_columns(block: FiredTimers) -> Iterator[tuple[str, int, int]]:
 
     Raises ``DecodeError`` when its columns are not equally long (not written by a worker).
     """
-    if not len(block.id) == len(block.due_ms) == len(block.source_offset):
-        raise DecodeError(
-            f"FiredTimers columns differ in length: {len(block.id)} ids, "
-            f"{len(block.due_ms)} due times, {len(block.source_offset)} offsets"
-        )
-    return zip(block.id, block.due_ms, block.source_offset, strict=True)
+    return _columns(block, FIRED_COLUMNS)
+
+
+def scheduled_columns(block: ScheduledTimers) -> Iterator[tuple[str, int, int, str]]:
+    """(id, due_ms, source_offset, callback_topic) of each timer of a ``ScheduledTimers`` block,
+    in order.
+
+    Raises ``DecodeError`` when its columns are not equally long (not written by a worker).
+    """
+    return _columns(block, SCHEDULED_COLUMNS)
+
+
+#: The columns of a ``FiredTimers`` and of a ``ScheduledTimers`` block, one entry per timer each.
+FIRED_COLUMNS = ("id", "due_ms", "source_offset")
+SCHEDULED_COLUMNS = ("id", "due_ms", "source_offset", "callback_topic")
 
 
 def callback_headers(timer: StoredTimer, fired: bytes) -> list[tuple[str, str | bytes | None]]:

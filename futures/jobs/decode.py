@@ -34,16 +34,20 @@ from ktimers.config import IngressFormat
 from ktimers.wire import (
     KIND_BATCH,
     KIND_HEADER,
-    FiredTimers,
+    BatchPart,
     KafkaHeaders,
+    ScheduledTimers,
     TimerEvent,
     TimerEventBatch,
+    batch_parts,
     fired_columns,
     header_value,
     message_headers,
+    scheduled_columns,
 )
 
 _FIRED_NAME = TimerEvent.Kind.Name(TimerEvent.FIRED)
+_SCHEDULED_NAME = TimerEvent.Kind.Name(TimerEvent.SCHEDULED)
 
 # Kinds of decoded request rows.
 SCHEDULE = "schedule"
@@ -269,31 +273,38 @@ class EventRows:
             return
         known, name = self._known, TimerEvent.Kind.Name
         try:
-            fired: Iterable[FiredTimers] = ()
             if record_kind == KIND_BATCH:
-                batch = TimerEventBatch.FromString(value)
-                events: Iterable[TimerEvent] = batch.events
-                fired = batch.fired
+                parts: list[BatchPart] = batch_parts(TimerEventBatch.FromString(value))
             else:
-                events = (TimerEvent.FromString(value),)
-            rows = [
-                (
-                    e.id,
-                    known.get(e.kind) or name(e.kind),
-                    e.partition,
-                    e.source_offset,
-                    e.due_ms,
-                    e.at_ms,
-                    e.reason,
-                )
-                for e in events
-            ]
-            for block in fired:  # FIRED events column by column, after the others
-                at_ms, partition = block.at_ms, block.partition
-                rows.extend(
-                    (timer_id, _FIRED_NAME, partition, offset, due_ms, at_ms, "")
-                    for timer_id, due_ms, offset in fired_columns(block)
-                )
+                parts = [TimerEvent.FromString(value)]
+            rows: list[tuple[Any, ...]] = []
+            for part in parts:
+                if isinstance(part, TimerEvent):
+                    kind = known.get(part.kind) or name(part.kind)
+                    rows.append(
+                        (
+                            part.id,
+                            kind,
+                            part.partition,
+                            part.source_offset,
+                            part.due_ms,
+                            part.at_ms,
+                            part.reason,
+                        )
+                    )
+                    continue
+                # SCHEDULED or FIRED events column by column.
+                at_ms, partition = part.at_ms, part.partition
+                if isinstance(part, ScheduledTimers):
+                    rows.extend(
+                        (timer_id, _SCHEDULED_NAME, partition, offset, due_ms, at_ms, "")
+                        for timer_id, due_ms, offset, _ in scheduled_columns(part)
+                    )
+                else:
+                    rows.extend(
+                        (timer_id, _FIRED_NAME, partition, offset, due_ms, at_ms, "")
+                        for timer_id, due_ms, offset in fired_columns(part)
+                    )
         except Exception as exc:  # noqa: BLE001 - DecodeError, or an unknown enum value
             self._rows.append((None, UNDECODABLE, None, None, None, None, f"{exc.__class__.__name__}: {exc}"))
             return

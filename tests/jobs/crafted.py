@@ -16,6 +16,7 @@ from ktimers.wire import (
     Cancel,
     FiredTimers,
     Future,
+    ScheduledTimers,
     TimerEvent,
     TimerEventBatch,
     event_batch_key,
@@ -114,7 +115,8 @@ class Events:
         """Write the open batches."""
         for partition, events in self._open.items():
             if events:
-                # FIRED events in columns, after the others, as the worker writes them.
+                # FIRED events in columns, after the others, and runs of SCHEDULED ones in columns
+                # at their place among the others, as the worker writes them.
                 fired = [e for e in events if e.kind == TimerEvent.FIRED]
                 block = FiredTimers(
                     id=[e.id for e in fired],
@@ -123,8 +125,25 @@ class Events:
                     at_ms=T0,
                     partition=partition,
                 )
+                others: list[TimerEvent] = []
+                runs: list[ScheduledTimers] = []
+                run: ScheduledTimers | None = None
+                for e in events:
+                    if e.kind == TimerEvent.FIRED:
+                        continue
+                    if e.kind != TimerEvent.SCHEDULED or e.reason:
+                        others.append(e)
+                        run = None
+                        continue
+                    if run is None:
+                        run = ScheduledTimers(at_ms=e.at_ms, partition=partition, at_event=len(others))
+                        runs.append(run)
+                    run.id.append(e.id)
+                    run.due_ms.append(e.due_ms)
+                    run.source_offset.append(e.source_offset)
+                    run.callback_topic.append(e.callback_topic)
                 value = TimerEventBatch(
-                    events=[e for e in events if e.kind != TimerEvent.FIRED], fired=[block] if fired else []
+                    events=others, scheduled=runs, fired=[block] if fired else []
                 ).SerializeToString()
                 self.log.append(partition, value, event_batch_key(partition), [(KIND_HEADER, KIND_BATCH)])
         self._open.clear()

@@ -21,6 +21,7 @@ from ktimers.wire import (
     Future,
     Header,
     Recurrence,
+    ScheduledTimers,
     StoredTimer,
     TimerEvent,
     TimerEventBatch,
@@ -198,6 +199,90 @@ def test_decode_events_gives_fired_columns_as_fired_events_after_the_others() ->
         TimerEvent(id="b", kind=TimerEvent.FIRED, due_ms=20, at_ms=30, partition=3, source_offset=6),
     ]
     assert decode_events(value, [(KIND_HEADER, KIND_BATCH)]) == [cancelled, *fired]
+
+
+def test_decode_events_gives_scheduled_columns_in_their_place_among_the_other_events() -> None:
+    # Scheduled a and b, cancelled b, scheduled b again, then c fired: as a step would write it.
+    cancelled = TimerEvent(id="b", kind=TimerEvent.CANCELLED, partition=3, due_ms=20)
+    first = ScheduledTimers(
+        id=["a", "b"], due_ms=[10, 20], source_offset=[5, 6], callback_topic=["x", "y"], at_ms=30, partition=3
+    )
+    again = ScheduledTimers(
+        id=["b"], due_ms=[40], source_offset=[7], callback_topic=["y"], at_ms=30, partition=3
+    )
+    again.at_event = 1
+    fired = FiredTimers(id=["c"], due_ms=[1], source_offset=[2], at_ms=31, partition=3)
+    value = TimerEventBatch(events=[cancelled], scheduled=[first, again], fired=[fired]).SerializeToString()
+
+    def scheduled(timer_id: str, due_ms: int, offset: int, topic: str) -> TimerEvent:
+        return TimerEvent(
+            id=timer_id,
+            kind=TimerEvent.SCHEDULED,
+            due_ms=due_ms,
+            at_ms=30,
+            partition=3,
+            source_offset=offset,
+            callback_topic=topic,
+        )
+
+    assert decode_events(value, [(KIND_HEADER, KIND_BATCH)]) == [
+        scheduled("a", 10, 5, "x"),
+        scheduled("b", 20, 6, "y"),
+        cancelled,
+        scheduled("b", 40, 7, "y"),
+        TimerEvent(id="c", kind=TimerEvent.FIRED, due_ms=1, at_ms=31, partition=3, source_offset=2),
+    ]
+
+
+@settings(max_examples=300)
+@given(
+    places=st.lists(st.integers(-(2**31), 2**31 - 1), max_size=5),
+    events=st.integers(0, 4),
+)
+def test_scheduled_blocks_at_any_place_come_out_once_each_in_a_stable_order(
+    places: list[int], events: int
+) -> None:
+    batch = TimerEventBatch(
+        events=[TimerEvent(id=f"e{n}", kind=TimerEvent.CANCELLED) for n in range(events)],
+        scheduled=[
+            ScheduledTimers(id=[f"s{n}"], due_ms=[0], source_offset=[0], callback_topic=[""], at_event=place)
+            for n, place in enumerate(places)
+        ],
+    )
+    order = [e.id for e in decode_events(batch.SerializeToString(), [(KIND_HEADER, KIND_BATCH)])]
+    assert sorted(order) == sorted([f"e{n}" for n in range(events)] + [f"s{n}" for n in range(len(places))])
+    # Each block stands just before the event at its place (clamped to the batch), in block order.
+    where = {f"s{n}": min(max(place, 0), events) for n, place in enumerate(places)}
+    expected = sorted(where, key=lambda name: (where[name], int(name[1:])))
+    assert [name for name in order if name.startswith("s")] == expected
+    for name, place in where.items():
+        assert order.index(name) == place + sorted(where.values()).index(place) + [
+            other for other in expected if where[other] == place
+        ].index(name)
+
+
+@settings(max_examples=300)
+@given(
+    ids=st.lists(st.text(max_size=20), max_size=5),
+    due=st.lists(st.integers(-(2**63), 2**63 - 1), max_size=5),
+    offsets=st.lists(st.integers(-(2**63), 2**63 - 1), max_size=5),
+    topics=st.lists(st.text(max_size=20), max_size=5),
+)
+def test_scheduled_columns_of_any_length_give_events_or_a_decode_error(
+    ids: list[str], due: list[int], offsets: list[int], topics: list[str]
+) -> None:
+    block = ScheduledTimers(id=ids, due_ms=due, source_offset=offsets, callback_topic=topics)
+    value = TimerEventBatch(scheduled=[block]).SerializeToString()
+    try:
+        events = decode_events(value, [(KIND_HEADER, KIND_BATCH)])
+    except DecodeError as exc:
+        assert not len(ids) == len(due) == len(offsets) == len(topics)
+        assert "differ in length" in str(exc)
+        return
+    assert [(e.id, e.due_ms, e.source_offset, e.callback_topic) for e in events] == list(
+        zip(ids, due, offsets, topics, strict=True)
+    )
+    assert all(e.kind == TimerEvent.SCHEDULED for e in events)
 
 
 @settings(max_examples=300)

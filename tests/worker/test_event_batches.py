@@ -12,6 +12,7 @@ from ktimers.wire import (
     KIND_HEADER,
     MAX_ID_BYTES,
     FiredTimers,
+    ScheduledTimers,
     TimerEvent,
     TimerEventBatch,
     decode_events,
@@ -47,6 +48,36 @@ def test_a_step_writes_one_batch_record_per_partition_keyed_by_the_partition(mak
     assert sorted(e.id for r in fired for e in decode_events(r.value, r.headers)) == ["a", "c"]
     # A timer's events, read back in record order, are its history.
     assert [e.kind for e in rig.events() if e.id == "a"] == [Kind.SCHEDULED, Kind.FIRED]
+
+
+def test_a_steps_schedules_and_cancels_come_out_in_the_order_they_happened(make_rig: MakeRig) -> None:
+    rig = make_rig()
+    rig.ingest(
+        rig.request("a", T_MS + 10),
+        rig.request("b", T_MS + 20),
+        rig.cancel("b"),
+        rig.request("b", T_MS + 30),
+        rig.request("c", T_MS + 40, topic="invoices"),
+        rig.cancel("nobody"),
+    )
+    (record,) = rig.producer.on(rig.topics.events)
+    # The SCHEDULED events went in columns, the others one by one.
+    batch = TimerEventBatch.FromString(record.value or b"")
+    assert [e.kind for e in batch.events] == [Kind.CANCELLED, Kind.CANCEL_MISSED]
+    assert [list(block.id) for block in batch.scheduled] == [["a", "b"], ["b", "c"]]
+    events = decode_events(record.value, record.headers)
+    assert [(e.id, e.kind, e.due_ms) for e in events] == [
+        ("a", Kind.SCHEDULED, T_MS + 10),
+        ("b", Kind.SCHEDULED, T_MS + 20),
+        ("b", Kind.CANCELLED, T_MS + 20),
+        ("b", Kind.SCHEDULED, T_MS + 30),
+        ("c", Kind.SCHEDULED, T_MS + 40),
+        ("nobody", Kind.CANCEL_MISSED, 0),
+    ]
+    scheduled = [e for e in events if e.kind == Kind.SCHEDULED]
+    assert [e.callback_topic for e in scheduled] == ["orders", "orders", "orders", "invoices"]
+    assert [e.source_offset for e in scheduled] == [0, 1, 3, 4]
+    assert all(e.partition == 0 and e.at_ms == rig.now for e in events)
 
 
 def test_a_step_with_more_events_than_a_record_holds_writes_several_each_within_the_limit(
@@ -123,6 +154,37 @@ _fired_blocks = st.lists(
     ),
     max_size=4,
 )
+
+
+_scheduled_blocks = st.lists(
+    st.integers(0, 40).flatmap(
+        lambda n: st.builds(
+            ScheduledTimers,
+            id=st.lists(st.text(max_size=MAX_ID_BYTES // 4), min_size=n, max_size=n),
+            due_ms=st.lists(st.integers(0, 2**62), min_size=n, max_size=n),
+            source_offset=st.lists(st.integers(-1, 2**62), min_size=n, max_size=n),
+            callback_topic=st.lists(st.text(max_size=249), min_size=n, max_size=n),
+            at_ms=st.integers(0, 2**62),
+            partition=st.integers(0, 1000),
+            at_event=st.integers(0, 60),
+        )
+    ),
+    max_size=4,
+)
+
+
+@settings(max_examples=200, deadline=None)
+@given(events=_events, scheduled=_scheduled_blocks, fired=_fired_blocks, max_bytes=st.integers(4096, 20_000))
+def test_splitting_events_and_columns_of_both_kinds_keeps_every_event_in_order_within_the_limit(
+    events: list[TimerEvent], scheduled: list[ScheduledTimers], fired: list[FiredTimers], max_bytes: int
+) -> None:
+    whole = TimerEventBatch(events=events, scheduled=scheduled, fired=fired)
+    parts = _split(whole, max_bytes)
+    assert all(len(part) <= max_bytes for part in parts)
+    headers = [(KIND_HEADER, KIND_BATCH)]
+    decoded = [e for part in parts for e in decode_events(part, headers)]
+    assert decoded == decode_events(whole.SerializeToString(), headers)
+    assert len(decoded) == len(events) + sum(len(block.id) for block in [*scheduled, *fired])
 
 
 @settings(max_examples=200, deadline=None)
