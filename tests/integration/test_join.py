@@ -53,11 +53,12 @@ def produce_backlog(stack: Stack, callback_topic: str, count: int) -> float:
 
 
 def timer_events(stack: Stack, ids: set[str], until: int, timeout_s: float) -> list[TimerEvent]:
-    """The events of ``ids`` on `timer-events`, in order, once there are ``until`` of them."""
+    """The events of ``ids`` on `timer-events`, in order, once there are ``until`` of them and
+    every id has one (a count alone may be reached by the partitions read first)."""
     reader = stack.reader(stack.common.topics.events)
     deadline = time.monotonic() + timeout_s
     found: list[TimerEvent] = []
-    while len(found) < until and time.monotonic() < deadline:
+    while (len(found) < until or {e.id for e in found} < ids) and time.monotonic() < deadline:
         reader.poll(0.5)
         found = [e for r in reader.records for e in decode_events(r.value, r.headers) if e.id in ids]
     return found
