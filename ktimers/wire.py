@@ -203,31 +203,23 @@ def decode_events(
     for part in batch_parts(TimerEventBatch.FromString(value or b"")):
         if isinstance(part, TimerEvent):
             events.append(part)
-        elif isinstance(part, ScheduledTimers):
-            events.extend(
-                TimerEvent(
-                    id=timer_id,
-                    kind=TimerEvent.SCHEDULED,
-                    due_ms=due_ms,
-                    at_ms=part.at_ms,
-                    partition=part.partition,
-                    source_offset=source_offset,
-                    callback_topic=topic,
-                )
-                for timer_id, due_ms, source_offset, topic in scheduled_columns(part)
+            continue
+        if isinstance(part, ScheduledTimers):
+            kind, rows = TimerEvent.SCHEDULED, scheduled_columns(part)
+        else:  # a FIRED event names no callback topic
+            kind, rows = TimerEvent.FIRED, ((*row, "") for row in fired_columns(part))
+        events.extend(
+            TimerEvent(
+                id=timer_id,
+                kind=kind,
+                due_ms=due_ms,
+                at_ms=part.at_ms,
+                partition=part.partition,
+                source_offset=source_offset,
+                callback_topic=topic,
             )
-        else:
-            events.extend(
-                TimerEvent(
-                    id=timer_id,
-                    kind=TimerEvent.FIRED,
-                    due_ms=due_ms,
-                    at_ms=part.at_ms,
-                    partition=part.partition,
-                    source_offset=source_offset,
-                )
-                for timer_id, due_ms, source_offset in fired_columns(part)
-            )
+            for timer_id, due_ms, source_offset, topic in rows
+        )
     return events
 
 
