@@ -293,18 +293,17 @@ class EventRows:
                         )
                     )
                     continue
-                # SCHEDULED or FIRED events column by column.
-                at_ms, partition = part.at_ms, part.partition
+                # SCHEDULED or FIRED events column by column (a row names no callback topic).
+                columns: Iterable[tuple[str, int, int]]
                 if isinstance(part, ScheduledTimers):
-                    rows.extend(
-                        (timer_id, _SCHEDULED_NAME, partition, offset, due_ms, at_ms, "")
-                        for timer_id, due_ms, offset, _ in scheduled_columns(part)
-                    )
+                    block_kind, columns = _SCHEDULED_NAME, (c[:3] for c in scheduled_columns(part))
                 else:
-                    rows.extend(
-                        (timer_id, _FIRED_NAME, partition, offset, due_ms, at_ms, "")
-                        for timer_id, due_ms, offset in fired_columns(part)
-                    )
+                    block_kind, columns = _FIRED_NAME, fired_columns(part)
+                at_ms, partition = part.at_ms, part.partition
+                rows.extend(
+                    (timer_id, block_kind, partition, offset, due_ms, at_ms, "")
+                    for timer_id, due_ms, offset in columns
+                )
         except Exception as exc:  # noqa: BLE001 - DecodeError, or an unknown enum value
             self._rows.append((None, UNDECODABLE, None, None, None, None, f"{exc.__class__.__name__}: {exc}"))
             return

@@ -49,6 +49,7 @@ from ktimers.wire import (
     KIND_BATCH,
     KIND_HEADER,
     SCHEDULED_COLUMNS,
+    BatchPart,
     FiredTimers,
     ScheduledTimers,
     TimerEvent,
@@ -449,7 +450,7 @@ def _halves(batch: TimerEventBatch) -> tuple[TimerEventBatch, TimerEventBatch] |
     return _batch_of([first]), _batch_of([second])
 
 
-def _batch_of(parts: Sequence[TimerEvent | ScheduledTimers | FiredTimers]) -> TimerEventBatch:
+def _batch_of(parts: Sequence[BatchPart]) -> TimerEventBatch:
     """The batch whose parts, in order, are ``parts`` (see ``ktimers.wire.batch_parts``)."""
     batch = TimerEventBatch()
     for part in parts:
