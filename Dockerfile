@@ -30,12 +30,18 @@ RUN groupadd --system --gid "${APP_UID}" timers \
  && mkdir -p /var/lib/kafka-timers/data \
  && chown -R timers:timers /var/lib/kafka-timers
 
-# Build our wheel, then install it and its pinned dependencies from wheels only: the slim
-# image has no compiler, and a dependency that would need one should fail here, loudly.
+# Build our wheel, then install it and its pinned dependencies from wheels only: a dependency
+# that would need a compiler should fail here, loudly. Our wheel holds one compiled module
+# (setup.py): this stage alone has a C compiler, the images it feeds have none.
 FROM base AS build
 WORKDIR /src
+# Versions are not pinned: bookworm-security moves them, and an old pin would stop the build.
+# hadolint ignore=DL3008
+RUN apt-get update \
+ && apt-get install -y --no-install-recommends gcc libc6-dev \
+ && rm -rf /var/lib/apt/lists/*
 RUN python -m venv /opt/kafka-timers
-COPY pyproject.toml constraints.txt README.md ./
+COPY pyproject.toml setup.py constraints.txt README.md ./
 COPY ktimers ktimers
 COPY oscillator oscillator
 COPY futures futures

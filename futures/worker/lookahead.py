@@ -18,8 +18,9 @@ import asyncio
 import logging
 from collections.abc import Iterable, Iterator, Mapping
 
-from futures.worker.callbacks import Callback, prepare
+from futures.worker.callbacks import Callback
 from futures.worker.context import EngineContext, callback_bytes
+from futures.worker.prepare import prepare
 
 log = logging.getLogger(__name__)
 

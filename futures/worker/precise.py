@@ -29,11 +29,12 @@ from collections.abc import Callable
 
 from confluent_kafka import KafkaError
 
-from futures.worker.callbacks import Callback, prepare
+from futures.worker.callbacks import Callback
 from futures.worker.changelog import Changes, commit
 from futures.worker.context import EngineContext, callback_bytes, piece_count
 from futures.worker.join import RequestFrontier
 from futures.worker.kafka import Deliveries
+from futures.worker.prepare import prepare
 from futures.worker.series import arm_next
 from futures.worker.table import due_of_key
 from futures.worker.windows import FailFn, Window, Windows, wake

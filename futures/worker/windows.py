@@ -25,8 +25,9 @@ from collections.abc import Callable, Collection, Coroutine, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from futures.worker.callbacks import Callback, prepare
+from futures.worker.callbacks import Callback
 from futures.worker.context import callback_bytes
+from futures.worker.prepare import prepare
 
 #: A timer for a window: (due epoch ms, table key, its callback).
 Item = tuple[int, bytes, Callback]

@@ -5,7 +5,8 @@ from __future__ import annotations
 from hypothesis import given
 from hypothesis import strategies as st
 
-from futures.worker.callbacks import prepare, stored_timer
+from futures.worker.callbacks import stored_timer
+from futures.worker.prepare import prepare
 from futures.worker.table import table_key
 from ktimers.wire import StoredTimer
 

@@ -1,0 +1,145 @@
+"""A callback read from a stored timer's bytes is what protobuf reads in them, whatever the bytes."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from google.protobuf.message import DecodeError
+from hypothesis import example, given, settings
+from hypothesis import strategies as st
+
+import futures.worker.prepare as compiled
+from futures.worker.callbacks import Callback
+from futures.worker.prepare import prepare
+from futures.worker.table import table_key
+from ktimers.wire import Future, Header, Recurrence, StoredTimer, callback_headers, ordinal_of
+
+_FIRED = b"1700000000999"
+_INT64 = st.integers(-(2**63), 2**63 - 1)
+
+_futures = st.builds(
+    Future,
+    callBackTopic=st.text(max_size=20),
+    callBackKey=st.text(max_size=20),
+    callBack=st.binary(max_size=60),
+    id=st.text(max_size=30),
+    due_ms=_INT64,
+    token=st.text(max_size=12),
+    headers=st.lists(st.builds(Header, key=st.text(max_size=8), value=st.binary(max_size=8)), max_size=3),
+    recurrence=st.one_of(st.none(), st.builds(Recurrence, interval_ms=st.integers(0, 10**6), ordinal=_INT64)),
+)
+_timers = st.builds(
+    StoredTimer,
+    future=_futures,
+    source_partition=st.integers(-(2**31), 2**31 - 1),
+    source_offset=_INT64,
+    accepted_ms=_INT64,
+    source_topic=st.text(max_size=10),
+)
+
+
+def _expected(key: bytes, partition: int, timer: StoredTimer) -> Callback:
+    """The callback as protobuf's own reading of ``timer`` gives it."""
+    future = timer.future
+    headers = callback_headers(timer, _FIRED)
+    own = tuple((name, value) for name, value in headers[: -3 - bool(future.token)])
+    return Callback(
+        key,
+        partition,
+        future.callBackTopic,
+        future.callBackKey.encode(),
+        future.callBack,
+        future.id,
+        future.due_ms,
+        timer.source_offset,
+        future.id.encode(),
+        str(future.due_ms).encode(),
+        own,
+        future.token.encode(),
+        ordinal_of(future.recurrence) if future.HasField("recurrence") else 0,
+    )
+
+
+@settings(max_examples=300)
+@given(timer=_timers, partition=st.integers(0, 1023))
+def test_a_callback_holds_what_protobuf_reads_in_the_stored_timer(timer: StoredTimer, partition: int) -> None:
+    key = table_key(max(timer.future.due_ms, 0), timer.future.id)
+    stored = timer.SerializeToString()
+    callback = prepare(key, partition, stored)
+
+    assert callback == _expected(key, partition, timer)
+    assert callback.headers(_FIRED) == callback_headers(timer, _FIRED)
+
+
+@given(first=_timers, second=_timers)
+def test_fields_given_twice_read_as_protobuf_merges_them(first: StoredTimer, second: StoredTimer) -> None:
+    """Messages concatenated are merged: the last singular value wins, headers add up, the
+    ``Future`` and its ``Recurrence`` merge field by field."""
+    stored = first.SerializeToString() + second.SerializeToString()
+    merged = StoredTimer.FromString(stored)
+
+    assert prepare(b"k", 0, stored) == _expected(b"k", 0, merged)
+
+
+@given(timer=_timers, unknown=st.lists(st.tuples(st.integers(9, 2000), st.binary(max_size=10)), max_size=4))
+def test_unknown_fields_are_skipped(timer: StoredTimer, unknown: list[tuple[int, bytes]]) -> None:
+    extra = b"".join(
+        _varint(number << 3 | 2) + _varint(len(value)) + value for number, value in unknown
+    )  # length-delimited fields no message of ours has
+    stored = extra + timer.SerializeToString() + extra
+
+    assert prepare(b"k", 0, stored) == _expected(b"k", 0, StoredTimer.FromString(stored))
+
+
+@settings(max_examples=500)
+@given(stored=st.binary(max_size=80))
+@example(stored=b"\x0a\x05ab")  # a length past the end
+@example(stored=b"\x00")  # field number 0
+@example(stored=b"\x0b\x0c")  # a group
+@example(stored=b"\x18" + b"\xff" * 10 + b"\x01")  # a varint of eleven bytes
+@example(stored=b"\x0a\x04\x0a\x02\xc3\x28")  # a callback topic that is not UTF-8
+@example(stored=b"\x0a\x04\x12\x02\xc3\x28")  # a callback key that is not UTF-8
+def test_any_bytes_give_the_callback_protobuf_reads_or_a_decode_error(stored: bytes) -> None:
+    try:
+        callback = prepare(b"k", 0, stored)
+    except DecodeError:
+        return
+    try:
+        timer = StoredTimer.FromString(stored)
+    except DecodeError:
+        # protobuf reads some inputs that are never written (a group), and this reads nothing else.
+        pytest.fail(f"read {stored!r}, which protobuf refuses")
+    assert callback == _expected(b"k", 0, timer)
+
+
+def test_a_value_that_is_not_bytes_is_refused() -> None:
+    with pytest.raises(TypeError):
+        prepare(b"k", 0, bytearray(b"\x0a\x00"))  # type: ignore[arg-type]
+
+
+def test_the_compiled_module_is_built_from_its_source() -> None:
+    """``make venv`` rebuilds it; run directly after editing the .pyx, pytest would test the old build."""
+    built = Path(compiled.__file__)
+    source = built.parent / "prepare.pyx"
+    assert built.suffix == ".so", f"{built} is not a compiled module"
+    assert built.stat().st_mtime >= source.stat().st_mtime, f"{built} is older than {source}: run make venv"
+
+
+def _varint(number: int) -> bytes:
+    out = bytearray()
+    while True:
+        byte, number = number & 0x7F, number >> 7
+        out.append(byte | (0x80 if number else 0))
+        if not number:
+            return bytes(out)
+
+
+def test_what_is_not_utf_8_is_refused_as_protobuf_refuses_it() -> None:
+    for field in (1, 2, 4, 6):  # callBackTopic, callBackKey, id, token
+        future = bytes([field << 3 | 2, 2, 0xC3, 0x28])
+        stored = b"\x0a" + bytes([len(future)]) + future
+        with pytest.raises(DecodeError):
+            StoredTimer.FromString(stored)
+        with pytest.raises(DecodeError):
+            prepare(b"k", 0, stored)
