@@ -103,7 +103,7 @@ def test_a_hot_second_of_large_payloads_stays_within_the_budget(stack: Stack) ->
     worker = start_with_budget(stack)
     reader = stack.callback_topic("memory")
     started = time.monotonic()
-    due_at = int(time.time()) + 22  # after ~9 s of ingest and ~5 s of restart
+    due_at = int(time.time()) + 30  # after ~9 s of ingest and ~5 s of restart, slower on a busy machine
     ids = schedule_large(stack, reader.topic, TIMERS, due_at)
     stack.wait_for_metric("timers_pending", lambda v: v == TIMERS, timeout_s=40)
     ingested_s = time.monotonic() - started
