@@ -4,7 +4,7 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 # Written after a successful install: pip runs again only when its inputs change (the
-# compiled module's source among them: the install builds it in place, setup.py).
+# compiled modules' sources among them: the install builds them in place, setup.py).
 STAMP := $(VENV)/.installed
 LINT_PATHS := ktimers futures oscillator tools bench helm/kafka-timers/files
 
@@ -26,7 +26,7 @@ venv: $(STAMP) ## create .venv and install the project with dev tools, pinned by
 
 install: $(STAMP) ## same as venv
 
-$(STAMP): pyproject.toml constraints.txt setup.py futures/worker/prepare.pyx
+$(STAMP): pyproject.toml constraints.txt setup.py $(wildcard futures/worker/*.pyx futures/worker/*.pxd)
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet -c constraints.txt -e '.[dev]'
 	@touch $@
@@ -122,5 +122,5 @@ clean: ## remove run/ (logs, worker data), data dirs and caches; keeps .venv
 	rm -rf run data timers-data .pytest_cache .mypy_cache .ruff_cache build
 	find . -path ./$(VENV) -prune -o -name __pycache__ -type d -exec rm -rf {} +
 
-distclean: clean ## clean, and remove .venv, the egg-info and the compiled module
-	rm -rf $(VENV) *.egg-info futures/worker/prepare.c futures/worker/prepare.*.so
+distclean: clean ## clean, and remove .venv, the egg-info and the compiled modules
+	rm -rf $(VENV) *.egg-info futures/worker/*.c futures/worker/*.so

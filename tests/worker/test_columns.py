@@ -2,7 +2,8 @@
 
 :func:`futures.worker.columns.decode` either gives, for a record, exactly the timers
 :func:`futures.ingress.requests.parse_record` schedules — same ids, due times,
-callback topics and ``StoredTimer`` bytes — or None, and never raises.
+callback topics, and stored bytes that read back as the same ``StoredTimer`` — or None,
+and never raises.
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ from ktimers.wire import (
     FutureBatch,
     Header,
     Recurrence,
+    StoredTimer,
 )
 
 NOW_MS = 1_795_000_000_000
@@ -79,8 +81,39 @@ def futures(draw: st.DrawFn) -> Future:
     return future
 
 
-singles = futures().map(lambda f: f.SerializeToString())
-batches = st.lists(futures(), max_size=4).map(lambda fs: FutureBatch(futures=fs).SerializeToString())
+def _varint(n: int) -> bytes:
+    out = bytearray()
+    while n >= 0x80:
+        out.append((n & 0x7F) | 0x80)
+        n >>= 7
+    out.append(n)
+    return bytes(out)
+
+
+# Fields no message of ours has (numbers 9..100, any wire type but groups), as clients of newer schemas send.
+unknown = st.lists(
+    st.one_of(
+        st.tuples(st.integers(9, 100), st.integers(0, 2**64 - 1)).map(
+            lambda f: _varint(f[0] << 3) + _varint(f[1])
+        ),
+        st.tuples(st.integers(9, 100), st.binary(max_size=6)).map(
+            lambda f: _varint(f[0] << 3 | 2) + _varint(len(f[1])) + f[1]
+        ),
+        st.integers(9, 100).map(lambda n: _varint(n << 3 | 5) + b"\x01\x02\x03\x04"),
+    ),
+    max_size=2,
+).map(b"".join)
+# A Future's bytes as a client other than ours may write them: merged from two, among unknown fields.
+noisy = st.tuples(
+    unknown, futures(), st.one_of(st.just(b""), futures().map(Future.SerializeToString)), unknown
+).map(lambda parts: parts[0] + parts[1].SerializeToString() + parts[2] + parts[3])
+singles = st.one_of(futures().map(lambda f: f.SerializeToString()), noisy)
+batches = st.one_of(
+    st.lists(futures(), max_size=4).map(lambda fs: FutureBatch(futures=fs).SerializeToString()),
+    st.tuples(st.lists(noisy, max_size=3), unknown).map(
+        lambda parts: b"".join(b"\n" + _varint(len(f)) + f for f in parts[0]) + parts[1]
+    ),
+)
 # (kt-kind headers, value): mostly what clients send, then anything.
 sent = st.one_of(
     st.tuples(st.sampled_from([(), (KIND_FUTURE,)]), singles),
@@ -123,7 +156,10 @@ def test_columns_hold_what_the_parser_schedules(
     assert timers.id_bytes == [s.timer_id.encode() for s in schedules]
     assert timers.due_ms == [s.due_ms for s in schedules]
     assert timers.callback_topics == [s.timer.future.callBackTopic for s in schedules]
-    assert timers.stored == [s.timer.SerializeToString() for s in schedules]
+    # The record's own Future bytes (a derived id appended as a field): what they read back as.
+    assert [StoredTimer.FromString(stored) for stored in timers.stored] == [s.timer for s in schedules]
+    # Never smaller than the parser's: the payload limit refuses no less here.
+    assert all(len(mine) >= s.timer.ByteSize() for mine, s in zip(timers.stored, schedules, strict=True))
 
 
 def test_a_batch_of_valid_timers_is_decoded_and_anything_doubtful_is_left_to_the_parser() -> None:

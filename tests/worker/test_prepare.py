@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 from pathlib import Path
+from types import ModuleType
 
 import pytest
 from google.protobuf.message import DecodeError
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
-import futures.worker.prepare as compiled
+import futures.worker.prepare as prepare_module
+from futures.worker import future_columns
 from futures.worker.callbacks import Callback
 from futures.worker.prepare import prepare
 from futures.worker.table import table_key
@@ -118,12 +120,17 @@ def test_a_value_that_is_not_bytes_is_refused() -> None:
         prepare(b"k", 0, bytearray(b"\x0a\x00"))  # type: ignore[arg-type]
 
 
-def test_the_compiled_module_is_built_from_its_source() -> None:
-    """``make venv`` rebuilds it; run directly after editing the .pyx, pytest would test the old build."""
-    built = Path(compiled.__file__)
-    source = built.parent / "prepare.pyx"
+@pytest.mark.parametrize("module", [prepare_module, future_columns])
+def test_the_compiled_modules_are_built_from_their_sources(module: ModuleType) -> None:
+    """``make venv`` rebuilds them; run directly after editing a .pyx or the .pxd, pytest would
+    test the old build."""
+    built = Path(module.__file__ or "")
     assert built.suffix == ".so", f"{built} is not a compiled module"
-    assert built.stat().st_mtime >= source.stat().st_mtime, f"{built} is older than {source}: run make venv"
+    name = module.__name__.rpartition(".")[2]
+    for source in (built.parent / f"{name}.pyx", built.parent / "protowire.pxd"):
+        assert built.stat().st_mtime >= source.stat().st_mtime, (
+            f"{built} is older than {source}: run make venv"
+        )
 
 
 def _varint(number: int) -> bytes:
@@ -133,6 +140,33 @@ def _varint(number: int) -> bytes:
         out.append(byte | (0x80 if number else 0))
         if not number:
             return bytes(out)
+
+
+_SURROGATE, _OVERLONG, _PAST_UNICODE = b"\xed\xa0\x80", b"\xc0\xaf", b"\xf4\x90\x80\x80"
+
+
+@settings(max_examples=500)
+@given(
+    text=st.one_of(
+        st.text(max_size=12).map(str.encode),
+        st.binary(max_size=12),
+        st.lists(
+            st.sampled_from([b"a", b"\xc3\xa9", b"\xe2\x82\xac", b"\xf0\x9f\x98\x80", _SURROGATE, _OVERLONG,
+                             _PAST_UNICODE, b"\xe0\x80\x80", b"\xf0\x80\x80\x80", b"\x80", b"\xc3"]),
+            max_size=4,
+        ).map(b"".join),
+    )
+)  # fmt: skip
+def test_a_topic_is_read_exactly_when_it_is_utf_8(text: bytes) -> None:
+    future = b"\x0a" + bytes([len(text)]) + text
+    stored = b"\x0a" + bytes([len(future)]) + future
+    try:
+        expected = text.decode("utf-8")
+    except UnicodeDecodeError:
+        with pytest.raises(DecodeError):
+            prepare(b"k", 0, stored)
+        return
+    assert prepare(b"k", 0, stored).topic == expected
 
 
 def test_what_is_not_utf_8_is_refused_as_protobuf_refuses_it() -> None:

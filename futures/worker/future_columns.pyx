@@ -1,0 +1,232 @@
+# cython: language_level=3, boundscheck=False, wraparound=False
+"""The timers of a ``Future`` or ``FutureBatch`` record read into columns: compiled.
+
+:mod:`futures.worker.columns` decides which records take this path and checks the timers
+it reads; this reads them, for every timer of every batch record, so it is compiled: the
+protobuf wire format is walked once, with no message object per timer.
+
+A timer's stored bytes are its ``Future``'s own bytes, as the record holds them: protobuf
+fields concatenate, so the ``StoredTimer`` is the ``future`` field (tag, length, those bytes)
+followed by the record's other fields (``tail``), and a timer without an id gets its derived
+one as a field appended to its ``Future`` (the last value of a field wins). They read back as
+the ``StoredTimer`` the general parser builds (tests/worker/test_columns.py).
+
+It reads only what it can vouch for: a timer without ``due_ms``, a recurring one, a known
+field with another wire type, a group, a truncated field, text that is not UTF-8 — anything
+protobuf might read otherwise or refuse — and the record is left to the general parser (None).
+"""
+
+from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize, PyBytes_GET_SIZE
+from libc.stdint cimport int64_t, uint64_t
+from libc.string cimport memcpy
+
+from futures.worker.protowire cimport *
+
+# The tags of StoredTimer.future, of StoredTimer.source_offset and of Future.id (field << 3 | wire type).
+cdef enum:
+    STORED_FUTURE_TAG = 0x0A
+    SOURCE_OFFSET_TAG = 0x18
+    FUTURE_ID_TAG = 0x22
+
+
+# One ``Future`` read: where its callback topic and id are, and its due time.
+cdef struct Read:
+    Py_ssize_t topic_at
+    Py_ssize_t topic_size
+    Py_ssize_t id_at
+    Py_ssize_t id_size
+    bint has_due
+    int64_t due_ms
+
+
+cdef int _header(const unsigned char* buf, Py_ssize_t at, Py_ssize_t end) noexcept nogil:
+    cdef uint64_t field
+    cdef int wire
+    cdef Py_ssize_t size
+    while at < end:
+        wire = read_tag(buf, &at, end, &field)
+        if wire < 0:
+            return -1
+        if field == HEADER_KEY or field == HEADER_VALUE:
+            if wire != LEN:
+                return -1
+            size = read_length(buf, &at, end)
+            if size < 0 or (field == HEADER_KEY and not is_utf8(buf + at, size)):
+                return -1
+            at += size
+        elif skip_field(buf, &at, end, wire) < 0:
+            return -1
+    return 0
+
+
+cdef int _future(const unsigned char* buf, Py_ssize_t at, Py_ssize_t end, Read* read) noexcept nogil:
+    """Read the ``Future`` in ``buf[at:end]``: 0, or -1 where it is not this path's."""
+    cdef uint64_t field, number = 0
+    cdef int wire
+    cdef Py_ssize_t size
+    read.topic_at = read.topic_size = read.id_at = read.id_size = 0
+    read.has_due = False
+    read.due_ms = 0
+    while at < end:
+        wire = read_tag(buf, &at, end, &field)
+        if wire < 0:
+            return -1
+        if field == FUTURE_DUE_MS:
+            if wire != VARINT or read_varint(buf, &at, end, &number) < 0:
+                return -1
+            read.has_due = True
+            read.due_ms = <int64_t>number
+        elif FUTURE_TOPIC <= field <= FUTURE_HEADERS:
+            if wire != LEN:
+                return -1
+            size = read_length(buf, &at, end)
+            if size < 0:
+                return -1
+            if field == FUTURE_HEADERS:
+                if _header(buf, at, at + size) < 0:
+                    return -1
+            elif field != FUTURE_VALUE and not is_utf8(buf + at, size):
+                return -1
+            if field == FUTURE_TOPIC:
+                read.topic_at, read.topic_size = at, size
+            elif field == FUTURE_ID:
+                read.id_at, read.id_size = at, size
+            at += size
+        elif field == FUTURE_RECURRENCE:
+            return -1  # a series: its recurrence is checked on the general path
+        elif skip_field(buf, &at, end, wire) < 0:
+            return -1
+    return 0
+
+
+cdef inline Py_ssize_t _varint_size(Py_ssize_t n) noexcept nogil:
+    cdef Py_ssize_t size = 1
+    while n >= 0x80:
+        n >>= 7
+        size += 1
+    return size
+
+
+cdef inline char* _put_varint(char* out, Py_ssize_t n) noexcept nogil:
+    while n >= 0x80:
+        out[0] = <char>((n & 0x7F) | 0x80)
+        out += 1
+        n >>= 7
+    out[0] = <char>n
+    return out + 1
+
+
+cdef bytes _stored(const unsigned char* future, Py_ssize_t size, bytes derived_id, const char* tail, Py_ssize_t tail_size):
+    """The ``StoredTimer`` bytes of a ``Future``: its field (with the derived id appended, if
+    any), then ``tail``."""
+    cdef Py_ssize_t id_size = 0 if derived_id is None else PyBytes_GET_SIZE(derived_id)
+    cdef Py_ssize_t inner = size + (0 if derived_id is None else 1 + _varint_size(id_size) + id_size)
+    cdef bytes stored = PyBytes_FromStringAndSize(NULL, 1 + _varint_size(inner) + inner + tail_size)
+    cdef char* out = PyBytes_AS_STRING(stored)
+    out[0] = STORED_FUTURE_TAG
+    out = _put_varint(out + 1, inner)
+    memcpy(out, future, size)
+    out += size
+    if derived_id is not None:
+        out[0] = FUTURE_ID_TAG
+        out = _put_varint(out + 1, id_size)
+        memcpy(out, PyBytes_AS_STRING(derived_id), id_size)
+        out += id_size
+    memcpy(out, tail, tail_size)
+    return stored
+
+
+cdef bytes _tail(bytes before, int64_t offset, bytes after):
+    """The ``StoredTimer`` fields after ``future``: ``before``, ``source_offset`` (left out when
+    0, protobuf's default), ``after``."""
+    cdef Py_ssize_t size = PyBytes_GET_SIZE(before), after_size = PyBytes_GET_SIZE(after)
+    cdef char field[11]
+    cdef Py_ssize_t field_size = 0
+    cdef uint64_t n = <uint64_t>offset
+    if offset != 0:
+        field[0] = SOURCE_OFFSET_TAG
+        field_size = 1
+        while n >= 0x80:
+            field[field_size] = <char>((n & 0x7F) | 0x80)
+            field_size += 1
+            n >>= 7
+        field[field_size] = <char>n
+        field_size += 1
+    cdef bytes tail = PyBytes_FromStringAndSize(NULL, size + field_size + after_size)
+    cdef char* out = PyBytes_AS_STRING(tail)
+    memcpy(out, PyBytes_AS_STRING(before), size)
+    memcpy(out + size, field, field_size)
+    memcpy(out + size + field_size, PyBytes_AS_STRING(after), after_size)
+    return tail
+
+
+def read_futures(
+    bytes value not None, bint batch, tuple tail not None, int64_t offset, derive, record
+):
+    """The timers of ``value`` (a ``FutureBatch`` if ``batch``, else a ``Future``) as columns:
+    (ids, ids UTF-8 encoded, due times, callback topics, ``StoredTimer`` bytes, the longest id's
+    bytes, the largest id and stored bytes together); None when a timer is not this path's
+    (the module docstring) or there is none.
+
+    ``tail``: the ``StoredTimer`` fields before and after ``source_offset`` (``offset``), which
+    follow ``future``; ``derive(record, index)``: the id of a timer of ``record`` without one
+    (``index`` None for a single ``Future``).
+    """
+    cdef const unsigned char* buf = <const unsigned char*>PyBytes_AS_STRING(value)
+    cdef Py_ssize_t end = PyBytes_GET_SIZE(value)
+    cdef Py_ssize_t at = 0, start, size, longest = 0, largest = 0, whole
+    cdef uint64_t field
+    cdef int wire
+    cdef Read read
+    cdef list ids = [], id_bytes = [], dues = [], topics = [], stored = []
+    cdef bytes encoded, derived
+    cdef str timer_id
+    cdef dict topic_names = {}  # a record's timers mostly share a topic: one string for it
+    cdef bytes fields = _tail(tail[0], offset, tail[1])
+    cdef const char* after = PyBytes_AS_STRING(fields)
+    cdef Py_ssize_t after_size = PyBytes_GET_SIZE(fields)
+    while at < end:
+        if batch:
+            wire = read_tag(buf, &at, end, &field)
+            if wire < 0:
+                return None
+            if field != BATCH_FUTURES:
+                if skip_field(buf, &at, end, wire) < 0:
+                    return None
+                continue
+            if wire != LEN:
+                return None
+            size = read_length(buf, &at, end)
+            if size < 0:
+                return None
+            start = at
+            at += size
+        else:
+            start, size, at = 0, end, end
+        if _future(buf, start, start + size, &read) < 0 or not read.has_due:
+            return None
+        if read.id_size:
+            encoded = PyBytes_FromStringAndSize(<const char*>buf + read.id_at, read.id_size)
+            timer_id = encoded.decode("utf-8")
+            derived = None
+        else:
+            timer_id = derive(record, len(ids) if batch else None)
+            encoded = derived = timer_id.encode("utf-8")
+        timer = _stored(buf + start, size, derived, after, after_size)
+        raw_topic = PyBytes_FromStringAndSize(<const char*>buf + read.topic_at, read.topic_size)
+        topic = topic_names.get(raw_topic)
+        if topic is None:
+            topic = topic_names[raw_topic] = raw_topic.decode("utf-8")
+        ids.append(timer_id)
+        id_bytes.append(encoded)
+        dues.append(read.due_ms)
+        topics.append(topic)
+        stored.append(timer)
+        if len(encoded) > longest:
+            longest = len(encoded)
+        whole = len(encoded) + len(timer)
+        if whole > largest:
+            largest = whole
+    if not ids:
+        return None
+    return ids, id_bytes, dues, topics, stored, longest, largest

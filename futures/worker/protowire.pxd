@@ -1,0 +1,132 @@
+# The protobuf wire format (https://protobuf.dev/programming-guides/encoding/), read in C by the
+# worker's compiled modules: prepare.pyx (stored timers) and future_columns.pyx (requests).
+# Inline functions over a buffer and a position; each returns -1 where protobuf would refuse the
+# bytes, and leaves it to its caller to say so.
+
+from libc.stdint cimport uint64_t
+
+cdef enum:
+    VARINT = 0
+    I64 = 1
+    LEN = 2
+    I32 = 5
+    MAX_FIELD_NUMBER = 536870911  # 2**29 - 1
+
+# The field numbers read, of proto/timers.proto.
+cdef enum:
+    STORED_FUTURE = 1  # StoredTimer.future
+    STORED_SOURCE_OFFSET = 3  # StoredTimer.source_offset
+    BATCH_FUTURES = 1  # FutureBatch.futures
+    FUTURE_TOPIC = 1  # Future.callBackTopic
+    FUTURE_KEY = 2  # Future.callBackKey
+    FUTURE_VALUE = 3  # Future.callBack
+    FUTURE_ID = 4  # Future.id
+    FUTURE_DUE_MS = 5  # Future.due_ms
+    FUTURE_TOKEN = 6  # Future.token
+    FUTURE_HEADERS = 7  # Future.headers
+    FUTURE_RECURRENCE = 8  # Future.recurrence
+    HEADER_KEY = 1  # Header.key
+    HEADER_VALUE = 2  # Header.value
+    RECURRENCE_ORDINAL = 6  # Recurrence.ordinal
+
+
+cdef inline int read_varint(const unsigned char* buf, Py_ssize_t* at, Py_ssize_t end, uint64_t* out) noexcept nogil:
+    """The varint at ``at`` into ``out``, ``at`` moved past it: 0, or -1 (truncated, over ten bytes)."""
+    cdef uint64_t result = 0
+    cdef int shift = 0
+    cdef Py_ssize_t i = at[0]
+    cdef unsigned char byte
+    while True:
+        if i >= end or shift > 63:
+            return -1
+        byte = buf[i]
+        i += 1
+        if shift == 63 and byte > 1:
+            return -1  # a tenth byte holding more than the 64th bit
+        result |= (<uint64_t>(byte & 0x7F)) << shift
+        shift += 7
+        if not byte & 0x80:
+            break
+    at[0] = i
+    out[0] = result
+    return 0
+
+
+cdef inline Py_ssize_t read_length(const unsigned char* buf, Py_ssize_t* at, Py_ssize_t end) noexcept nogil:
+    """A length-delimited field's length, or -1 if it runs past ``end``."""
+    cdef uint64_t n
+    if read_varint(buf, at, end, &n) < 0 or n > <uint64_t>(end - at[0]):
+        return -1
+    return <Py_ssize_t>n
+
+
+cdef inline int read_tag(const unsigned char* buf, Py_ssize_t* at, Py_ssize_t end, uint64_t* field) noexcept nogil:
+    """The next field's number into ``field``; its wire type, or -1."""
+    cdef uint64_t tag
+    if read_varint(buf, at, end, &tag) < 0:
+        return -1
+    field[0] = tag >> 3
+    if field[0] == 0 or field[0] > MAX_FIELD_NUMBER:
+        return -1
+    return <int>(tag & 7)
+
+
+cdef inline int skip_field(const unsigned char* buf, Py_ssize_t* at, Py_ssize_t end, int wire) noexcept nogil:
+    """``at`` moved past a field's value: 0, or -1 (truncated, or a group: no message of ours has one)."""
+    cdef uint64_t ignored
+    cdef Py_ssize_t size
+    if wire == VARINT:
+        return read_varint(buf, at, end, &ignored)
+    if wire == LEN:
+        size = read_length(buf, at, end)
+        if size < 0:
+            return -1
+    elif wire == I64:
+        size = 8
+    elif wire == I32:
+        size = 4
+    else:
+        return -1
+    if size > end - at[0]:
+        return -1
+    at[0] += size
+    return 0
+
+
+cdef inline bint is_utf8(const unsigned char* s, Py_ssize_t n) noexcept nogil:
+    """Whether ``s`` is UTF-8 as protobuf requires of a string field (and Python's strict codec
+    decodes): no overlong forms, no surrogates, nothing past U+10FFFF."""
+    cdef Py_ssize_t i = 0, j
+    cdef unsigned char c, low, high
+    cdef int more
+    while i < n:
+        c = s[i]
+        if c < 0x80:
+            i += 1
+            continue
+        low, high = 0x80, 0xBF
+        if 0xC2 <= c <= 0xDF:
+            more = 1
+        elif 0xE0 <= c <= 0xEF:
+            more = 2
+            if c == 0xE0:
+                low = 0xA0  # overlong
+            elif c == 0xED:
+                high = 0x9F  # surrogates
+        elif 0xF0 <= c <= 0xF4:
+            more = 3
+            if c == 0xF0:
+                low = 0x90  # overlong
+            elif c == 0xF4:
+                high = 0x8F  # past U+10FFFF
+        else:
+            return False
+        if n - i <= more:
+            return False
+        if not low <= s[i + 1] <= high:
+            return False
+        for j in range(i + 2, i + 1 + more):
+            if not 0x80 <= s[j] <= 0xBF:
+                return False
+        i += 1 + more
+    return True
