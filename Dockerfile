@@ -31,7 +31,7 @@ RUN groupadd --system --gid "${APP_UID}" timers \
  && chown -R timers:timers /var/lib/kafka-timers
 
 # Build our wheel, then install it and its pinned dependencies from wheels only: a dependency
-# that would need a compiler should fail here, loudly. Our wheel holds one compiled module
+# that would need a compiler should fail here, loudly. Our wheel holds two compiled modules
 # (setup.py): this stage alone has a C compiler, the images it feeds have none.
 FROM base AS build
 WORKDIR /src
