@@ -99,7 +99,7 @@ cdef int _future(const unsigned char* buf, Py_ssize_t at, Py_ssize_t end, Read* 
     return 0
 
 
-cdef inline Py_ssize_t _varint_size(Py_ssize_t n) noexcept nogil:
+cdef inline Py_ssize_t _varint_size(uint64_t n) noexcept nogil:
     cdef Py_ssize_t size = 1
     while n >= 0x80:
         n >>= 7
@@ -107,7 +107,8 @@ cdef inline Py_ssize_t _varint_size(Py_ssize_t n) noexcept nogil:
     return size
 
 
-cdef inline char* _put_varint(char* out, Py_ssize_t n) noexcept nogil:
+cdef inline char* _put_varint(char* out, uint64_t n) noexcept nogil:
+    """``n`` as a varint at ``out``; where it ends."""
     while n >= 0x80:
         out[0] = <char>((n & 0x7F) | 0x80)
         out += 1
@@ -140,18 +141,11 @@ cdef bytes _tail(bytes before, int64_t offset, bytes after):
     """The ``StoredTimer`` fields after ``future``: ``before``, ``source_offset`` (left out when
     0, protobuf's default), ``after``."""
     cdef Py_ssize_t size = PyBytes_GET_SIZE(before), after_size = PyBytes_GET_SIZE(after)
-    cdef char field[11]
+    cdef char field[11]  # the tag and a varint of at most ten bytes
     cdef Py_ssize_t field_size = 0
-    cdef uint64_t n = <uint64_t>offset
     if offset != 0:
         field[0] = SOURCE_OFFSET_TAG
-        field_size = 1
-        while n >= 0x80:
-            field[field_size] = <char>((n & 0x7F) | 0x80)
-            field_size += 1
-            n >>= 7
-        field[field_size] = <char>n
-        field_size += 1
+        field_size = _put_varint(field + 1, <uint64_t>offset) - field
     cdef bytes tail = PyBytes_FromStringAndSize(NULL, size + field_size + after_size)
     cdef char* out = PyBytes_AS_STRING(tail)
     memcpy(out, PyBytes_AS_STRING(before), size)

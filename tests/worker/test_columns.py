@@ -32,6 +32,7 @@ from ktimers.wire import (
     Recurrence,
     StoredTimer,
 )
+from tests.protobuf_bytes import varint
 
 NOW_MS = 1_795_000_000_000
 TOPICS = TopicsConfig()
@@ -81,25 +82,16 @@ def futures(draw: st.DrawFn) -> Future:
     return future
 
 
-def _varint(n: int) -> bytes:
-    out = bytearray()
-    while n >= 0x80:
-        out.append((n & 0x7F) | 0x80)
-        n >>= 7
-    out.append(n)
-    return bytes(out)
-
-
 # Fields no message of ours has (numbers 9..100, any wire type but groups), as clients of newer schemas send.
 unknown = st.lists(
     st.one_of(
         st.tuples(st.integers(9, 100), st.integers(0, 2**64 - 1)).map(
-            lambda f: _varint(f[0] << 3) + _varint(f[1])
+            lambda f: varint(f[0] << 3) + varint(f[1])
         ),
         st.tuples(st.integers(9, 100), st.binary(max_size=6)).map(
-            lambda f: _varint(f[0] << 3 | 2) + _varint(len(f[1])) + f[1]
+            lambda f: varint(f[0] << 3 | 2) + varint(len(f[1])) + f[1]
         ),
-        st.integers(9, 100).map(lambda n: _varint(n << 3 | 5) + b"\x01\x02\x03\x04"),
+        st.integers(9, 100).map(lambda n: varint(n << 3 | 5) + b"\x01\x02\x03\x04"),
     ),
     max_size=2,
 ).map(b"".join)
@@ -111,7 +103,7 @@ singles = st.one_of(futures().map(lambda f: f.SerializeToString()), noisy)
 batches = st.one_of(
     st.lists(futures(), max_size=4).map(lambda fs: FutureBatch(futures=fs).SerializeToString()),
     st.tuples(st.lists(noisy, max_size=3), unknown).map(
-        lambda parts: b"".join(b"\n" + _varint(len(f)) + f for f in parts[0]) + parts[1]
+        lambda parts: b"".join(b"\n" + varint(len(f)) + f for f in parts[0]) + parts[1]
     ),
 )
 # (kt-kind headers, value): mostly what clients send, then anything.

@@ -16,6 +16,7 @@ from futures.worker.callbacks import Callback
 from futures.worker.prepare import prepare
 from futures.worker.table import table_key
 from ktimers.wire import Future, Header, Recurrence, StoredTimer, callback_headers, ordinal_of
+from tests.protobuf_bytes import varint
 
 _FIRED = b"1700000000999"
 _INT64 = st.integers(-(2**63), 2**63 - 1)
@@ -87,7 +88,7 @@ def test_fields_given_twice_read_as_protobuf_merges_them(first: StoredTimer, sec
 @given(timer=_timers, unknown=st.lists(st.tuples(st.integers(9, 2000), st.binary(max_size=10)), max_size=4))
 def test_unknown_fields_are_skipped(timer: StoredTimer, unknown: list[tuple[int, bytes]]) -> None:
     extra = b"".join(
-        _varint(number << 3 | 2) + _varint(len(value)) + value for number, value in unknown
+        varint(number << 3 | 2) + varint(len(value)) + value for number, value in unknown
     )  # length-delimited fields no message of ours has
     stored = extra + timer.SerializeToString() + extra
 
@@ -131,15 +132,6 @@ def test_the_compiled_modules_are_built_from_their_sources(module: ModuleType) -
         assert built.stat().st_mtime >= source.stat().st_mtime, (
             f"{built} is older than {source}: run make venv"
         )
-
-
-def _varint(number: int) -> bytes:
-    out = bytearray()
-    while True:
-        byte, number = number & 0x7F, number >> 7
-        out.append(byte | (0x80 if number else 0))
-        if not number:
-            return bytes(out)
 
 
 _SURROGATE, _OVERLONG, _PAST_UNICODE = b"\xed\xa0\x80", b"\xc0\xaf", b"\xf4\x90\x80\x80"
