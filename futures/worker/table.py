@@ -54,7 +54,7 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from rocksdict import BlockBasedIndexType, BlockBasedOptions, Cache, Options, Rdict, WriteBatch
+from rocksdict import BlockBasedIndexType, BlockBasedOptions, Cache, Options, Rdict, ReadOptions, WriteBatch
 
 from ktimers.wire import due_prefix, split_timer_key, timer_key
 
@@ -328,23 +328,24 @@ class PartitionTimers:
         start = TIMER_PREFIX + due_prefix(start_ms)
         if after is not None and after >= start:
             start = after + b"\x00"  # the smallest key greater than ``after``
-        stop = TIMER_PREFIX + due_prefix(limit_ms + 1)
+        # Bounded in RocksDB, which then stops at the limit (past it: later timers and the
+        # index), and read by its item iterator: one call a timer, for every timer fired.
+        bounded = ReadOptions()
+        bounded.set_iterate_upper_bound(TIMER_PREFIX + due_prefix(limit_ms + 1))
         found: list[tuple[bytes, bytes]] = []
+        if max_count <= 0:
+            return found
         append = found.append
-        it = self._db.iter()
-        it.seek(start)
         room = -1 if max_bytes is None else max_bytes
-        while it.valid() and len(found) < max_count:
-            key = it.key()
-            if key >= stop:
-                break
-            value = it.value()
-            append((key, value))
+        items: Iterator[tuple[bytes, bytes]] = self._db.items(from_key=start, read_opt=bounded)  # type: ignore[assignment]
+        for item in items:
+            append(item)
             if room >= 0:
-                room -= len(value)
+                room -= len(item[1])
                 if room <= 0:
                     break
-            it.next()
+            if len(found) >= max_count:
+                break
         return found
 
     def iter_pending(self) -> Iterator[DueTimer]:
