@@ -95,10 +95,11 @@ def _first(item: tuple[bytes, bytes]) -> bytes:
 @dataclass
 class Fired:
     """What a firing scanned, per partition: up to when (epoch ms), and the earliest timer it
-    kept for a retry (due epoch ms)."""
+    kept for a retry (due epoch ms); and the partitions revoked before their scan was done."""
 
     limits: dict[int, int] = field(default_factory=dict)
     kept: dict[int, int] = field(default_factory=dict)
+    cut: set[int] = field(default_factory=set)
 
 
 class Firing:
@@ -117,11 +118,14 @@ class Firing:
         changes = {partition: Changes() for partition in targets}
         fired = await self._fire_due(targets, changes, join)
         for partition, target in targets.items():  # joined ticks were added to ``targets``
-            if target > ctx.tables(partition).watermark:
+            # A partition revoked mid-firing keeps its clock: what was not sent stays due, for
+            # whoever owns it next, this worker too when an eager rebalance hands it straight back.
+            if target > ctx.tables(partition).watermark and partition not in fired.cut:
                 changes[partition].watermark = target
         await commit(ctx, changes)
         for partition, limit_ms in fired.limits.items():
-            ctx.tables(partition).scanned(limit_ms, fired.kept.get(partition))
+            if partition not in fired.cut:
+                ctx.tables(partition).scanned(limit_ms, fired.kept.get(partition))
         return {p: part.watermark for p, part in changes.items() if part.watermark is not None}
 
     def _scan(self, partition: int, second: int, fired: Fired) -> DueScan:
@@ -146,6 +150,7 @@ class Firing:
             while True:
                 if not all(ctx.owns(scan.partition) for scan in scans):
                     # Revoked meanwhile (TimerEngine.revoke): nothing more of it is sent.
+                    fired.cut.update(scan.partition for scan in scans if not ctx.owns(scan.partition))
                     scans = [scan for scan in scans if ctx.owns(scan.partition)]
                 share = max(len(scans), 1)
                 for scan in scans:

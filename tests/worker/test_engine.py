@@ -1013,3 +1013,24 @@ def test_a_partition_revoked_while_its_second_fires_sends_nothing_more(make_rig)
     # What was on its way still goes (at least once: the new owner fires it again); no more.
     assert len(rig.callbacks()) <= sent + 300
     assert len(rig.fired()) < 3000
+
+
+def test_a_partition_handed_back_after_a_revocation_mid_firing_fires_what_it_did_not_send(make_rig):
+    # An eager rebalance revokes every partition, then may hand one straight back to the same
+    # worker: its table stays open, with the timers the interrupted firing did not send.
+    rig = make_rig(fire_chunk_size=300)
+    rig.ingest(*(rig.request(f"h{i:04d}", T_MS - 900 + i % 800) for i in range(3000)))
+
+    def revoke_midway(topic: str) -> None:
+        if topic == "orders" and 0 in rig.owned and len(rig.callbacks()) >= 500:
+            rig.owned = {1, 2, 3}
+            rig.engine.revoke([0])
+
+    rig.producer.fail = revoke_midway
+    rig.tick(T)
+    assert len(set(rig.fired())) < 3000
+    rig.producer.fail = lambda topic: None
+    rig.owned = {0, 1, 2, 3}  # handed back
+    rig.tick(T + 1)
+    assert set(rig.fired()) == {f"h{i:04d}" for i in range(3000)}
+    assert rig.pending_ids() == []
