@@ -194,13 +194,18 @@ class Rig:
 MakeRig = Callable[..., Rig]
 
 
+def new_rig(directory: Path, profile: BrokerProfile = BrokerProfile.CLUSTER, **settings: object) -> Rig:
+    """A rig on fresh tables under ``directory``, its worker configured with ``settings``."""
+    common = CommonConfig(kafka=KafkaConfig(profile=profile))
+    return Rig(directory, WorkerConfig(common=common, **settings))  # type: ignore[arg-type]
+
+
 @pytest.fixture
 def make_rig(tmp_path: Path) -> Iterator[MakeRig]:
     rigs: list[Rig] = []
 
     def make(profile: BrokerProfile = BrokerProfile.CLUSTER, **settings: object) -> Rig:
-        common = CommonConfig(kafka=KafkaConfig(profile=profile))
-        rig = Rig(tmp_path / f"rig{len(rigs)}", WorkerConfig(common=common, **settings))  # type: ignore[arg-type]
+        rig = new_rig(tmp_path / f"rig{len(rigs)}", profile, **settings)
         rigs.append(rig)
         return rig
 

@@ -18,9 +18,7 @@ from pathlib import Path
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from futures.worker.config import WorkerConfig
-from ktimers.config import BrokerProfile, CommonConfig, KafkaConfig
-from tests.worker.rig import T_MS, Rig, T
+from tests.worker.rig import T_MS, T, new_rig
 
 IDS = ("a", "b", "c", "d")
 
@@ -60,17 +58,12 @@ def histories(draw: st.DrawFn) -> tuple[list[Op], list[tuple[str, int]]]:
     return ops, actions
 
 
-def _rig(directory: Path) -> Rig:
-    common = CommonConfig(kafka=KafkaConfig(profile=BrokerProfile.CLUSTER))
-    return Rig(directory, WorkerConfig(common=common))
-
-
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(histories())
 def test_any_interleaving_of_requests_and_ticks_keeps_the_join_guarantees(history) -> None:
     ops, actions = history
     directory = Path(tempfile.mkdtemp(prefix="join-order-"))
-    rig = _rig(directory)
+    rig = new_rig(directory)
     try:
         applied = 0
         tick_s = T - 2
