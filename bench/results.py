@@ -218,6 +218,8 @@ class CapacityStep:
     rss_mb: float = 0.0
     data_gb: float = 0.0
     broker_gb: float | None = None
+    #: Compaction the worker's tables owed as the hot seconds began (GB; RocksDB's estimate).
+    compaction_owed_gb: float | None = None
     #: Callbacks per second of each hot second at this size, and its last callback after due (ms).
     rates: list[float] = field(default_factory=list)
     last_ms: list[float] = field(default_factory=list)

@@ -10,6 +10,7 @@ from prometheus_client import CollectorRegistry, Counter, generate_latest
 from prometheus_client.core import GaugeMetricFamily, HistogramMetricFamily, Metric
 from prometheus_client.registry import Collector
 from prometheus_client.utils import floatToGoString
+from rocksdict import DbClosedError
 
 from futures.worker.table import PartitionTimers
 
@@ -85,7 +86,7 @@ class WorkerMetrics:
         )
 
     def watch_tables(self, partitions: Callable[[], Mapping[int, PartitionTimers]]) -> None:
-        """Export pending count and watermark of the partitions this worker holds."""
+        """Export pending count, watermark and table sizes of the partitions this worker holds."""
         self.registry.register(_TableCollector(partitions))
 
     def render(self) -> bytes:
@@ -149,9 +150,26 @@ class _TableCollector(Collector):
         watermark = GaugeMetricFamily(
             "timers_watermark_seconds", "Epoch second up to which timers have fired", labels=["partition"]
         )
+        sst = GaugeMetricFamily(
+            "timers_table_sst_bytes", "SST files of the partition's RocksDB table", labels=["partition"]
+        )
+        memtables = GaugeMetricFamily(
+            "timers_table_memtable_bytes", "Memtables of the partition's RocksDB table", labels=["partition"]
+        )
+        compaction = GaugeMetricFamily(
+            "timers_table_compaction_pending_bytes",
+            "Bytes RocksDB estimates the partition's table must compact",
+            labels=["partition"],
+        )
         for partition, table in sorted(self._partitions().items()):
             pending.add_metric([str(partition)], table.pending)
             if table.watermark >= 0:
                 watermark.add_metric([str(partition)], table.watermark)
-        yield pending
-        yield watermark
+            try:
+                sizes = table.sizes()
+            except DbClosedError:
+                continue  # revoked while this scrape ran
+            sst.add_metric([str(partition)], sizes.sst)
+            memtables.add_metric([str(partition)], sizes.memtables)
+            compaction.add_metric([str(partition)], sizes.compaction_pending)
+        yield from (pending, watermark, sst, memtables, compaction)

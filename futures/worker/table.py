@@ -137,6 +137,18 @@ def topic_progress_record(topic: str, offset: int) -> Record:
 
 
 @dataclass(frozen=True)
+class TableSizes:
+    """What one partition's table takes, as RocksDB counts it (bytes)."""
+
+    #: SST files the table reads from (on disk, compressed).
+    sst: int
+    #: Memtables: writes not yet flushed to SST files.
+    memtables: int
+    #: Compaction owed: what RocksDB estimates it must rewrite to bring every level within its size.
+    compaction_pending: int
+
+
+@dataclass(frozen=True)
 class DueTimer:
     key: bytes
     due_ms: int
@@ -505,6 +517,18 @@ class PartitionTimers:
             self._low_known = False
         elif self._low_known:
             self._low_ms = low
+
+    def sizes(self) -> TableSizes:
+        """The table's size on disk and in memory, and the compaction it owes (safe from any thread)."""
+
+        def read(name: str) -> int:
+            return int(self._db.property_int_value(name) or 0)
+
+        return TableSizes(
+            sst=read("rocksdb.live-sst-files-size"),
+            memtables=read("rocksdb.cur-size-all-mem-tables"),
+            compaction_pending=read("rocksdb.estimate-pending-compaction-bytes"),
+        )
 
     def set_persisted_offset(self, offset: int) -> None:
         self._db.put(OFFSET_KEY, _I64.pack(offset))

@@ -37,13 +37,15 @@ def service_registries() -> dict[str, CollectorRegistry]:
     The one place that knows where those classes live.
     """
     from futures.worker.metrics import WorkerMetrics
+    from futures.worker.table import TableSizes
     from oscillator.metrics import OscillatorMetrics
 
     worker = WorkerMetrics()
-    # Stand-ins for the RocksDB tables: the collector reads only these two attributes.
+    # Stand-ins for the RocksDB tables: the collector reads only these.
+    sizes = TableSizes(sst=1 << 20, memtables=1 << 16, compaction_pending=0)
     tables: Any = {
-        0: SimpleNamespace(pending=3, watermark=1_000),
-        1: SimpleNamespace(pending=5, watermark=1_000),
+        0: SimpleNamespace(pending=3, watermark=1_000, sizes=lambda: sizes),
+        1: SimpleNamespace(pending=5, watermark=1_000, sizes=lambda: sizes),
     }
     worker.watch_tables(lambda: tables)
     # Labelled series exist once a label value has been seen; the others are exported from the start.

@@ -1,10 +1,14 @@
-"""The worker's lateness histogram, observed a chunk at a time, scrapes as a Prometheus Histogram does."""
+"""The worker's metrics: its lateness histogram, observed a chunk at a time, scrapes as a Prometheus
+Histogram does; its tables' gauges read what RocksDB holds."""
 
 from __future__ import annotations
+
+from pathlib import Path
 
 from prometheus_client import CollectorRegistry, Histogram, generate_latest
 
 from futures.worker.metrics import LATENESS_BUCKETS, ChunkHistogram, WorkerMetrics
+from futures.worker.table import PartitionTimers, table_key
 
 VALUES = [0.0, 0.004, 0.01, 0.0100001, 0.3, 1.0, 1.2, 2.0, 59.9, 3600.0, 7200.0, 0.5, 0.5]
 
@@ -35,3 +39,31 @@ def test_the_worker_counts_lateness_in_its_histogram() -> None:
     assert sample("timers_fire_lateness_seconds_bucket", {"le": "0.25"}) == 1
     assert sample("timers_fire_lateness_seconds_bucket", {"le": "5.0"}) == 3
     assert sample("timers_fire_lateness_seconds_sum") == 4.9
+
+
+def test_the_tables_gauges_show_what_each_partition_holds_in_memory_and_on_disk(tmp_path: Path) -> None:
+    metrics = WorkerMetrics()
+    tables = {0: PartitionTimers(tmp_path / "p0"), 1: PartitionTimers(tmp_path / "p1")}
+    metrics.watch_tables(lambda: tables)
+    sample = metrics.registry.get_sample_value
+    try:
+        timers = [(table_key(1_000_000 + n, f"timer-{n}"), b"v" * 200) for n in range(2_000)]
+        tables[0].apply(timers, None, pending_delta=len(timers))
+        assert sample("timers_pending", {"partition": "0"}) == 2_000
+        in_memory = sample("timers_table_memtable_bytes", {"partition": "0"})
+        assert in_memory is not None and in_memory > 2_000 * 200
+        assert sample("timers_table_sst_bytes", {"partition": "0"}) == 0
+
+        tables[0]._db.flush()
+        on_disk = sample("timers_table_sst_bytes", {"partition": "0"})
+        assert on_disk is not None and on_disk > 0
+        assert sample("timers_table_sst_bytes", {"partition": "1"}) == 0
+        assert sample("timers_table_compaction_pending_bytes", {"partition": "0"}) is not None
+
+        # A table closed while the scrape runs (its partition revoked) is left out, not an error.
+        tables[1].close()
+        assert sample("timers_table_sst_bytes", {"partition": "1"}) is None
+        assert sample("timers_pending", {"partition": "1"}) == 0
+        assert sample("timers_table_sst_bytes", {"partition": "0"}) == on_disk
+    finally:
+        tables[0].close()
