@@ -10,8 +10,7 @@ from pathlib import Path
 import pytest
 
 from futures.client import TimerSpec
-from futures.worker.table import BLOCK_CACHE_BYTES, WRITE_BUFFER_BYTES, WRITE_BUFFERS
-from ktimers.config import TopicsConfig
+from futures.worker.table import BLOCK_CACHE_BYTES, MEMTABLES_BYTES
 from tests.integration.conftest import Stack
 from tests.processes import Service
 from tools.stack import ADVANCED_TICKS
@@ -145,11 +144,10 @@ def test_a_hot_second_of_large_payloads_stays_within_the_budget(stack: Stack) ->
 
 #: A burst of requests: BURST timers of PAYLOAD_BYTES (12 times the budget), due in a day.
 BURST = 3000
-#: Memory the worker may add while it ingests, besides the budget: the block cache, each
-#: partition table's memtables (filled by the puts; bounded per partition, not by payloads),
-#: and 32 MiB for the Kafka clients' buffers and the allocators' slack.
-PARTITIONS = TopicsConfig().partitions  # the integration stack's
-INGEST_ALLOWANCE_BYTES = BLOCK_CACHE_BYTES + PARTITIONS * WRITE_BUFFERS * WRITE_BUFFER_BYTES + 32 * MIB
+#: Memory the worker may add while it ingests, besides the budget: the block cache, the
+#: partition tables' memtables (filled by the puts; bounded for all tables together, not by
+#: payloads), and 32 MiB for the Kafka clients' buffers and the allocators' slack.
+INGEST_ALLOWANCE_BYTES = BLOCK_CACHE_BYTES + MEMTABLES_BYTES + 32 * MIB
 
 
 def test_a_burst_of_large_requests_is_ingested_within_the_budget(stack: Stack) -> None:

@@ -1,4 +1,4 @@
-"""The per-partition timer table: counts, the id index, range scans, replay and restarts."""
+"""The per-partition timer table: counts, the id index, range scans, replay and restarts, memory."""
 
 from __future__ import annotations
 
@@ -7,7 +7,14 @@ from pathlib import Path
 
 import pytest
 
-from futures.worker.table import PartitionTimers, Record, progress_record, table_key
+from futures.worker.table import (
+    MEMTABLES_BYTES,
+    WRITE_BUFFER_BYTES,
+    PartitionTimers,
+    Record,
+    progress_record,
+    table_key,
+)
 from ktimers.wire import split_timer_key
 
 T = 1_795_000_000  # an epoch second in 2026
@@ -205,3 +212,20 @@ def test_state_survives_close_and_reopen(tmp_path):
         assert (again.persisted_offset, again.watermark, again.pending) == (42, T + 6, 2)
     finally:
         again.close()
+
+
+def test_the_tables_memtables_share_one_budget_however_many_partitions_a_worker_holds(tmp_path: Path) -> None:
+    # After a failover one worker holds every partition: 16 tables, each written 6 MiB (less than
+    # a memtable holds before it flushes), 96 MiB in all.
+    tables = [PartitionTimers(tmp_path / f"p{p}.db") for p in range(16)]
+    try:
+        for p, table in enumerate(tables):
+            records = [put(T_MS + n, f"t{p}-{n}", bytes([n % 251]) * 200) for n in range(6 * 2**20 // 300)]
+            for at in range(0, len(records), 2_000):
+                table.apply(records[at : at + 2_000], None, pending_delta=len(records[at : at + 2_000]))
+        held = sum(table.sizes().memtables for table in tables)
+        assert held <= MEMTABLES_BYTES + WRITE_BUFFER_BYTES, f"{held / 2**20:.0f} MiB in memtables"
+        assert sum(table.pending for table in tables) == 16 * (6 * 2**20 // 300)
+    finally:
+        for table in tables:
+            table.close()
