@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import contextlib
 import os
+import signal
+import sys
 import threading
 import time
 import uuid
@@ -66,9 +68,25 @@ def instance_env(prefix: str, partitions: int) -> dict[str, str]:
 
 @contextlib.contextmanager
 def open_broker(log_dir: Path) -> Iterator[Broker]:
-    """The run's broker: ``KAFKA_BOOTSTRAP_SERVERS`` if set, else an embedded one (stopped at exit)."""
-    with stack.open_broker(log_dir / "tansu.log") as broker:
+    """The run's broker: ``KAFKA_BOOTSTRAP_SERVERS`` if set, else an embedded one (stopped at exit,
+    a SIGTERM's too)."""
+    with _sigterm_exits(), stack.open_broker(log_dir / "tansu.log") as broker:
         yield Broker(broker.env, broker.embedded, broker.log)
+
+
+@contextlib.contextmanager
+def _sigterm_exits() -> Iterator[None]:
+    """SIGTERM (``timeout``, ``kill``) ends the run as an exception does, through every context
+    manager it is in, so that the broker and the services it started stop with it. Python's
+    default would end the process at once and leave them running."""
+    if threading.current_thread() is not threading.main_thread():
+        yield  # signal handlers belong to the main thread; its run installs one
+        return
+    previous = signal.signal(signal.SIGTERM, lambda signum, _frame: sys.exit(128 + signum))
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
 
 
 def exit_with_parent(before_exit: Callable[[], None] | None = None) -> None:

@@ -24,7 +24,6 @@ import argparse
 import json
 import os
 import re
-import signal
 import statistics
 import subprocess
 import sys
@@ -405,8 +404,6 @@ def main(argv: list[str] | None = None) -> int:
     cluster = ProfileSettings.for_profile(BrokerProfile.CLUSTER)
     defaults = (cluster.session_timeout_s, cluster.heartbeat_s, cluster.rebalance_timeout_s)
     worker_env = {k: os.environ.get(k) or f"{v:g}" for k, v in zip(GROUP_ENV, defaults, strict=True)}
-    # SIGTERM stops the workers, the oscillator and the broker too.
-    signal.signal(signal.SIGTERM, lambda *_: sys.exit(1))
     # What was measured; --out and --work only say where results go.
     command = f"python -m bench.failover --rounds {args.rounds}" + (" --dynamic" if args.dynamic else "")
     load_before = load()
