@@ -24,7 +24,7 @@ import time
 from datetime import UTC, datetime
 from pathlib import Path
 
-from bench.cluster import instance_env
+from bench.cluster import instance_env, open_broker
 from bench.joblog import PARTITIONS, fill
 from bench.render import render
 from bench.results import Job, JobsRun, store
@@ -32,7 +32,6 @@ from futures.jobs.compact import CompactOptions, run
 from futures.jobs.config import JobConfig
 from futures.jobs.runner import LOCAL_SHUFFLE_PARTITIONS
 from futures.jobs.session import SparkSettings, build_session
-from ktimers.broker import start_broker
 from ktimers.topics import create_topics
 
 REPO = Path(__file__).resolve().parent.parent
@@ -95,10 +94,9 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s", datefmt="%H:%M:%S")
     logging.getLogger("py4j").setLevel(logging.WARNING)
-    broker = None if os.environ.get("KAFKA_BOOTSTRAP_SERVERS") else start_broker()
-    try:
-        env = dict(os.environ) if broker is None else {**os.environ, **broker.env()}
-        env.update(instance_env("jobs", PARTITIONS))
+    work = REPO / "run" / f"jobs-{time.strftime('%Y%m%d-%H%M%S')}"  # the embedded broker's log
+    with open_broker(work) as broker:
+        env = {**os.environ, **broker.env, **instance_env("jobs", PARTITIONS)}
         config = JobConfig.from_env(env)
         create_topics(config.common)
         started = time.monotonic()
@@ -106,16 +104,14 @@ def main(argv: list[str] | None = None) -> int:
         fill_s = time.monotonic() - started
         print(f"wrote {args.records:,} request records in {fill_s:.1f}s", flush=True)
         results = []
+        embedded = broker.embedded.process.pid if broker.embedded is not None else None
         for master in args.masters.split(","):
-            job = measure(config, master.strip(), broker.process.pid if broker else None)
+            job = measure(config, master.strip(), embedded)
             print(
                 f"{job.master}: {job.rows:,} rows in {job.seconds:.1f} s, {job.cpu_s:.0f} s of CPU",
                 flush=True,
             )
             results.append(job)
-    finally:
-        if broker is not None:
-            broker.stop()
     run = JobsRun(
         command=f"python -m bench.jobs --records {args.records} --masters {args.masters}",
         when=datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC"),
