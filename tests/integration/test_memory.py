@@ -102,7 +102,9 @@ def test_a_hot_second_of_large_payloads_stays_within_the_budget(stack: Stack) ->
     worker = start_with_budget(stack)
     reader = stack.callback_topic("memory")
     started = time.monotonic()
-    due_at = int(time.time()) + 30  # after ~9 s of ingest and ~5 s of restart, slower on a busy machine
+    # After ~9 s of ingest and ~5 s of restart; on a busy machine, with RocksDB compacting the
+    # burst beside them, up to 30 s were seen.
+    due_at = int(time.time()) + 45
     ids = schedule_large(stack, reader.topic, TIMERS, due_at)
     stack.wait_for_metric("timers_pending", lambda v: v == TIMERS, timeout_s=40)
     ingested_s = time.monotonic() - started
