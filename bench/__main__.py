@@ -6,10 +6,9 @@ from __future__ import annotations
 import argparse
 import shlex
 import sys
-import time
 from pathlib import Path
 
-from bench.cluster import REPO
+from bench.cluster import REPO, run_dir
 from bench.profiles import PROFILES
 from bench.run import PHASES, run
 
@@ -51,7 +50,7 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(
             f"--only: unknown phase {', '.join(unknown) or '(none given)'}; pick from {', '.join(PHASES)}"
         )
-    work = args.work or REPO / "run" / f"bench-{time.strftime('%Y%m%d-%H%M%S')}"
+    work = args.work or run_dir("bench")
     out = args.out or (REPO / "docs" if set(only) == set(PHASES) else work)
     command = "python -m bench " + " ".join(
         shlex.quote(a) for a in (argv if argv is not None else sys.argv[1:])

@@ -19,14 +19,12 @@ import time
 from datetime import UTC, datetime
 from pathlib import Path
 
-from bench.cluster import ServiceStack, open_broker, service_stack
+from bench.cluster import REPO, ServiceStack, open_broker, run_dir, service_stack
 from bench.fire import FireContext, scheduled
 from bench.render import render
 from bench.results import CapacityRun, CapacityStep, store
 from bench.service import KafkaTimers
 from bench.workload import UNFIRED_TOPIC, far_future, load
-
-REPO = Path(__file__).resolve().parent.parent
 
 
 def _load_avg() -> str:
@@ -106,7 +104,7 @@ def main(argv: list[str] | None = None) -> int:
     targets = sorted({int(x) for x in args.pending.split(",") if x.strip()})
     if not targets or targets[0] < 1 or args.hot < 1 or args.repeat < 1:
         parser.error("--pending needs positive sizes; --hot and --repeat at least 1")
-    work = args.work or REPO / "run" / f"capacity-{time.strftime('%Y%m%d-%H%M%S')}"
+    work = args.work or run_dir("capacity")
     steps = measure(targets, args.hot, args.repeat, work)
     run = CapacityRun(
         command=f"python -m bench.capacity --pending {args.pending} --hot {args.hot} --repeat {args.repeat}",

@@ -61,6 +61,11 @@ class Broker(stack.Broker):
         return name
 
 
+def run_dir(name: str) -> Path:
+    """Where a bench keeps a run's logs and data unless told otherwise: ``run/<name>-<time>``."""
+    return REPO / "run" / f"{name}-{time.strftime('%Y%m%d-%H%M%S')}"
+
+
 def instance_env(prefix: str, partitions: int) -> dict[str, str]:
     """Topic names and app id of a fresh service instance on a shared broker (``<prefix>-...-<random>``)."""
     return stack.instance_env(f"{prefix}-", partitions)

@@ -38,7 +38,7 @@ from pathlib import Path
 
 from confluent_kafka import OFFSET_END, Consumer, TopicPartition
 
-from bench.cluster import REPO, BenchError, Broker, instance_env, open_broker
+from bench.cluster import REPO, BenchError, Broker, instance_env, open_broker, run_dir
 from bench.render import render
 from bench.results import FailoverKind, FailoverRun, FailoverStep, store
 from futures.client import TimerClient, TimerSpec
@@ -398,7 +398,7 @@ def main(argv: list[str] | None = None) -> int:
         "--dynamic", action="store_true", help="workers without TIMERS_INSTANCE_ID (dynamic membership)"
     )
     args = parser.parse_args(argv)
-    work = args.work or REPO / "run" / f"failover-{time.strftime('%Y%m%d-%H%M%S')}"
+    work = args.work or run_dir("failover")
     work.mkdir(parents=True, exist_ok=True)
     # The cluster profile's group timeouts, unless set here: on the embedded broker too.
     cluster = ProfileSettings.for_profile(BrokerProfile.CLUSTER)

@@ -18,11 +18,10 @@ from __future__ import annotations
 
 import argparse
 import sys
-import time
 from pathlib import Path
 
 from bench import service
-from bench.cluster import REPO, ServiceStack, open_broker, service_stack
+from bench.cluster import ServiceStack, open_broker, run_dir, service_stack
 from bench.profiling import Profiler
 from bench.redis_baseline import RedisServer, measure_zadd_rate
 from bench.results import Ingest
@@ -66,7 +65,7 @@ def main(argv: list[str] | None = None) -> int:
         "--work", type=Path, default=None, help="logs, worker data (default: run/ingest-<time>)"
     )
     args = parser.parse_args(argv)
-    work = args.work or REPO / "run" / f"ingest-{time.strftime('%Y%m%d-%H%M%S')}"
+    work = args.work or run_dir("ingest")
     work.mkdir(parents=True, exist_ok=True)
     profiler = Profiler(args.profile_worker, work)
     rates: dict[str, list[float]] = {"single": [], "batched": []}

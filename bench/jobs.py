@@ -24,7 +24,7 @@ import time
 from datetime import UTC, datetime
 from pathlib import Path
 
-from bench.cluster import instance_env, open_broker
+from bench.cluster import REPO, instance_env, open_broker, run_dir
 from bench.joblog import PARTITIONS, fill
 from bench.render import render
 from bench.results import Job, JobsRun, store
@@ -34,7 +34,6 @@ from futures.jobs.runner import LOCAL_SHUFFLE_PARTITIONS
 from futures.jobs.session import SparkSettings, build_session
 from ktimers.topics import create_topics
 
-REPO = Path(__file__).resolve().parent.parent
 _TICK = os.sysconf("SC_CLK_TCK")
 
 
@@ -94,8 +93,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s", datefmt="%H:%M:%S")
     logging.getLogger("py4j").setLevel(logging.WARNING)
-    work = REPO / "run" / f"jobs-{time.strftime('%Y%m%d-%H%M%S')}"  # the embedded broker's log
-    with open_broker(work) as broker:
+    with open_broker(run_dir("jobs")) as broker:  # the embedded broker's log goes there
         env = {**os.environ, **broker.env, **instance_env("jobs", PARTITIONS)}
         config = JobConfig.from_env(env)
         create_topics(config.common)
