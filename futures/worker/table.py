@@ -189,10 +189,10 @@ def _options() -> Options:
     opts.set_max_write_buffer_number(WRITE_BUFFERS)
     opts.set_write_buffer_manager(_MEMTABLES)
     # The level below L0 sized as L0 is when it compacts (RocksDB's tuning rule). Its
-    # default, 256 MiB, suits 64 MiB memtables: with ours, every 32 MiB flushed rewrote
-    # up to 256 MiB of it, since the id index's keys are random and overlap all of it.
-    # At 2.5 M timers a table, compaction wrote 1.1 GB instead of 1.7 GB, on the
-    # worker's other core.
+    # default, 256 MiB, suits 64 MiB memtables: with ours, every 32 MiB compacted out of L0
+    # would be merged into up to 256 MiB of it, as the id index's keys are random and overlap
+    # all of it. At 2.5 M timers a table, compaction writes 1.1 GB this way and 1.7 GB with
+    # the default, on the worker's other core.
     opts.set_level_zero_file_num_compaction_trigger(L0_COMPACTION_TRIGGER)
     opts.set_max_bytes_for_level_base(WRITE_BUFFER_BYTES * L0_COMPACTION_TRIGGER)
     # Index and filter blocks grow with the data; by default RocksDB keeps them

@@ -218,14 +218,16 @@ def test_the_tables_memtables_share_one_budget_however_many_partitions_a_worker_
     # After a failover one worker holds every partition: 16 tables, each written 6 MiB (less than
     # a memtable holds before it flushes), 96 MiB in all.
     tables = [PartitionTimers(tmp_path / f"p{p}.db") for p in range(16)]
+    per_table = 6 * 2**20 // 300  # timers of 200 bytes, ~300 in the memtable with their keys and index
     try:
         for p, table in enumerate(tables):
-            records = [put(T_MS + n, f"t{p}-{n}", bytes([n % 251]) * 200) for n in range(6 * 2**20 // 300)]
-            for at in range(0, len(records), 2_000):
-                table.apply(records[at : at + 2_000], None, pending_delta=len(records[at : at + 2_000]))
+            records = [put(T_MS + n, f"t{p}-{n}", bytes([n % 251]) * 200) for n in range(per_table)]
+            for at in range(0, per_table, 2_000):
+                step = records[at : at + 2_000]
+                table.apply(step, None, pending_delta=len(step))
         held = sum(table.sizes().memtables for table in tables)
         assert held <= MEMTABLES_BYTES + WRITE_BUFFER_BYTES, f"{held / 2**20:.0f} MiB in memtables"
-        assert sum(table.pending for table in tables) == 16 * (6 * 2**20 // 300)
+        assert sum(table.pending for table in tables) == 16 * per_table
     finally:
         for table in tables:
             table.close()
