@@ -205,26 +205,29 @@ class TimerEngine:
 
     async def fire_ready(self) -> None:
         """Move the clocks the waiting ticks allow, firing what comes due."""
-        if not self._waiting:
+        windows = self._precise.windows if self._precise is not None else None
+        while self._waiting:
+            if windows is not None:
+                # A precise window ends at its tick's very second: let it finish sending and
+                # deleting, so the tick's scan does not find its timers.
+                await windows.done(self._waiting.seconds())
+            async with self._ctx.lock:
+                if windows is not None and windows.sending(self._waiting.seconds()):
+                    continue  # a later tick came while this one waited for the lock: its windows too
+                targets = self._claim_ticks()
+                if not targets:
+                    return
+                self._sweep.note(targets)
+                join = None if self._precise is not None else self._join
+                moved = await self._firing.fire(targets, join)
+                if self._precise is not None:
+                    for partition, second in moved.items():
+                        await self._precise.open(partition, second)
+                else:
+                    self._lookahead.moved(moved)
+                    self._clocks.update(moved)
+            self.metrics.ticks.labels("advanced").inc(len(moved))
             return
-        if self._precise is not None:
-            # The previous precise window ends at the tick's very second: let it finish
-            # sending and deleting, so this tick's scan does not see its timers.
-            await self._precise.windows.done(self._waiting.seconds())
-        async with self._ctx.lock:
-            targets = self._claim_ticks()
-            if not targets:
-                return
-            self._sweep.note(targets)
-            join = None if self._precise is not None else self._join
-            moved = await self._firing.fire(targets, join)
-            if self._precise is not None:
-                for partition, second in moved.items():
-                    await self._precise.open(partition, second)
-            else:
-                self._lookahead.moved(moved)
-                self._clocks.update(moved)
-        self.metrics.ticks.labels("advanced").inc(len(moved))
 
     def _join(self, firing: Collection[int]) -> dict[int, int]:
         """Second mode: the clock moves of partitions other than ``firing`` that may join a firing

@@ -20,8 +20,9 @@ when it opens, a second ahead, not at each timer's millisecond.
 from __future__ import annotations
 
 import asyncio
+import functools
 import heapq
-from collections.abc import Callable, Collection, Coroutine, Iterable, Mapping
+from collections.abc import Callable, Collection, Coroutine, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -195,10 +196,11 @@ class Windows:
         self._open[(window.partition, window.second)] = window
         task = window.task = asyncio.get_running_loop().create_task(send(window))
         self._tasks.add(task)
-        task.add_done_callback(self._ended)
+        task.add_done_callback(functools.partial(self._ended, window))
 
-    def _ended(self, task: asyncio.Task[None]) -> None:
+    def _ended(self, window: Window, task: asyncio.Task[None]) -> None:
         self._tasks.discard(task)
+        self.close(window)  # already, unless cancelled before it ran: a tick must not wait for it
         if not task.cancelled() and (exc := task.exception()) is not None:
             self._on_failure(exc)
 
@@ -227,13 +229,18 @@ class Windows:
 
         A window that failed does not raise here: its failure went to ``on_failure``.
         """
-        waiting = [
-            window.task
-            for (partition, second), window in list(self._open.items())
-            if second <= seconds.get(partition, -1) and window.task is not None
-        ]
+        waiting = [window.task for window in self._up_to(seconds) if window.task is not None]
         if waiting:
             await asyncio.wait(waiting)  # not cancelled with the caller: they stop on revocation
+
+    def sending(self, seconds: Mapping[int, int]) -> bool:
+        """Whether a window of a partition up to its second in ``seconds`` is still open."""
+        return any(True for _ in self._up_to(seconds))
+
+    def _up_to(self, seconds: Mapping[int, int]) -> Iterator[Window]:
+        for (partition, second), window in list(self._open.items()):
+            if second <= seconds.get(partition, -1):
+                yield window
 
     def offer(self, partition: int, due_ms: int, key: bytes, stored: bytes) -> None:
         """A timer just accepted into the table (``stored``: its ``StoredTimer`` bytes): its window

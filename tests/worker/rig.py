@@ -54,6 +54,8 @@ class Rig:
         self.owned = {0, 1, 2, 3}
         #: What the consumer would say of requests fetched and not yet applied.
         self.frontier = FakeFrontier()
+        #: The engine lock: a test holds it to stand for an ingest step under way.
+        self.lock = asyncio.Lock()
         self.engine = TimerEngine(
             config,
             self.table,
@@ -63,6 +65,7 @@ class Rig:
             owns=lambda partition: partition in self.owned,
             callback_topics=self.callback_topics,
             frontier=self.frontier,
+            lock=self.lock,
         )
 
     def table(self, partition: int) -> PartitionTimers:

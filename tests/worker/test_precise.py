@@ -99,12 +99,6 @@ def _precise_rig(tmp_path: Path) -> WallClockRig:
     return WallClockRig(tmp_path, WorkerConfig(common=CommonConfig(kafka=KafkaConfig()), precise=True))
 
 
-async def _early_in_a_second() -> int:
-    while wall_clock_ms() % 1000 > 100:
-        await asyncio.sleep(0.01)
-    return wall_clock_ms() // 1000
-
-
 def _sent(rig: Rig) -> dict[str, list[int]]:
     sent: dict[str, list[int]] = {}
     for cb in rig.callbacks():
@@ -295,6 +289,41 @@ def test_a_window_waits_for_older_requests_at_most_the_bound_in_all(tmp_path: Pa
         assert set(sent) == set(due)
         assert all(sent[t] - due[t] < 550 for t in due), sent  # 300 ms once, not once per timer
         assert rig.metrics.registry.get_sample_value("timers_join_wait_bound_total") == 1
+
+    try:
+        asyncio.run(scenario())
+    finally:
+        rig.close()
+
+
+def test_a_tick_that_comes_while_the_one_before_waits_for_the_engine_sends_nothing_twice(
+    tmp_path: Path,
+) -> None:
+    # Tick s + 1 waits for the engine (an ingest step holds it) and, meanwhile, tick s + 2
+    # comes: window s + 2 has sent its timers and waits for the engine to delete them. The
+    # firing that claims s + 2 must wait for that window too, not scan its timers again.
+    rig = _precise_rig(tmp_path)
+    engine = rig.engine
+
+    async def scenario() -> None:
+        s = await _early_in_a_second()
+        due = {f"t{i}": (s + 1) * 1000 + 100 * i for i in range(1, 10)}  # window s + 2's
+        await engine.ingest([rig.request(t, d) for t, d in due.items()])
+        await engine.advance([rig.tick_record(s)])  # opens windows s + 1 and s + 2
+        await _sleep_until((s + 1) * 1000 + 50)
+        async with rig.lock:  # an ingest step under way
+            firing = asyncio.create_task(engine.advance([rig.tick_record(s + 1)]))
+            await _sleep_until((s + 2) * 1000 + 50)
+            engine.note_ticks([rig.tick_record(s + 2)])
+        await firing
+        await engine.fire_ready()
+
+        sent = _sent(rig)
+        assert set(sent) == set(due)
+        twice = {t: times for t, times in sent.items() if len(times) > 1}
+        assert not twice, f"sent more than once: {twice}"
+        assert rig.pending_ids() == []
+        assert rig.table(0).watermark == s + 2
 
     try:
         asyncio.run(scenario())
