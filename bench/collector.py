@@ -1,4 +1,5 @@
-"""The receiver of a workload's callbacks: records due, fired and receive time of each.
+"""The receiver of a workload's callbacks: records due, fired and receive time of each, and
+its ``kt-id`` (hashed), so that a timer received twice shows.
 
 It runs as its own process (``python -m bench.collector``), so its receive times
 never wait for the load generator to release the GIL. All three times are epoch
@@ -25,7 +26,7 @@ from bench.cluster import PARTITIONS, REPO, BenchError, Broker, exit_with_parent
 from bench.stats import Ints
 from ktimers.config import CommonConfig
 from ktimers.shutdown import StopFlag
-from ktimers.wire import H_DUE_MS, H_FIRED_MS
+from ktimers.wire import H_DUE_MS, H_FIRED_MS, H_ID
 
 #: Tansu holds every fetch for its whole max wait, even when data is there (STACK.md):
 #: receive times include up to this much broker hold (ms).
@@ -40,6 +41,8 @@ class Arrivals:
     due_ms: Ints
     fired_ms: Ints
     received_ms: Ints
+    #: Each callback's ``kt-id``, hashed: a repeat has the hash of a timer received before.
+    ids: Ints
 
     @property
     def count(self) -> int:
@@ -55,8 +58,17 @@ def _header(headers: Sequence[Sequence[str | bytes | None]], name: str) -> int:
     return 0
 
 
+def _id_hash(headers: Sequence[Sequence[str | bytes | None]]) -> int:
+    for pair in reversed(headers):
+        value = pair[1]
+        if pair[0] == H_ID and isinstance(value, bytes):
+            return hash(value)  # this process's hash: compared only with this run's
+    return 0
+
+
 def collect(topic: str, partitions: int, expect: int, deadline: float, out: Path) -> int:
-    """Read ``topic`` from the beginning until ``expect`` callbacks or epoch second ``deadline``."""
+    """Read ``topic`` from the beginning until ``expect`` timers' callbacks (a repeat counts
+    once) or epoch second ``deadline``."""
     from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
 
     stop = StopFlag()
@@ -72,12 +84,13 @@ def collect(topic: str, partitions: int, expect: int, deadline: float, out: Path
             "fetch.queue.backoff.ms": 10,
         }
     )
-    due, fired, received = array("q"), array("q"), array("q")
+    due, fired, received, ids = array("q"), array("q"), array("q"), array("q")
+    seen: set[int] = set()
     try:
         consumer.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in range(partitions)])
         consumer.consume(1, timeout=0.01)  # connect before saying we are ready
         print(READY, flush=True)
-        while len(received) < expect and time.time() < deadline and not stop.requested:
+        while len(seen) < expect and time.time() < deadline and not stop.requested:
             # consume(n, timeout) waits out its timeout unless n records came: a trickle of
             # callbacks (precise mode) would be stamped up to that late. poll() returns with
             # the first record; the rest already fetched are taken without waiting. Stamped
@@ -94,9 +107,11 @@ def collect(topic: str, partitions: int, expect: int, deadline: float, out: Path
                 due.append(_header(headers, H_DUE_MS))
                 fired.append(_header(headers, H_FIRED_MS))
                 received.append(now_ms)
+                ids.append(timer := _id_hash(headers))
+                seen.add(timer)
     finally:
         consumer.close()
-    np.save(out, np.array([due, fired, received], dtype=np.int64).reshape(3, -1))
+    np.save(out, np.array([due, fired, received, ids], dtype=np.int64).reshape(4, -1))
     return 0
 
 
@@ -142,8 +157,8 @@ class Collector:
             self.stop()
         if self._process.returncode != 0 or not self.out.exists():
             raise BenchError(f"callback collector for {self.topic} failed ({self._process.returncode})")
-        due, fired, received = np.load(self.out)
-        return Arrivals(due, fired, received)
+        due, fired, received, ids = np.load(self.out)
+        return Arrivals(due, fired, received, ids)
 
     def stop(self) -> None:
         if self._process is not None and self._process.poll() is None:
@@ -160,7 +175,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("topic")
     parser.add_argument("expect", type=int)
     parser.add_argument("deadline", type=float, help="epoch seconds")
-    parser.add_argument("out", type=Path, help=".npy file for [due, fired, received] (epoch ms)")
+    parser.add_argument("out", type=Path, help=".npy: due, fired, received (epoch ms), id hashes")
     parser.add_argument("--partitions", type=int, default=PARTITIONS)
     args = parser.parse_args(argv)
     return collect(args.topic, args.partitions, args.expect, args.deadline, args.out)

@@ -57,7 +57,7 @@ def _finish(
     origin_ms: int,
     bucket_s: float,
 ) -> Fire:
-    late = lateness(expected, arrivals.due_ms, arrivals.fired_ms, arrivals.received_ms)
+    late = lateness(expected, arrivals.due_ms, arrivals.fired_ms, arrivals.received_ms, arrivals.ids)
     t, series = rate_series(arrivals.received_ms, origin_ms, bucket_s)
     # For a hot second, how fast one second's timers went out; spread over a window,
     # the offered rate the system kept up with.
@@ -68,6 +68,8 @@ def _finish(
         fire.notes.append(f"{late.missing} of {expected} callbacks not received within the tail timeout")
     if late.early:
         fire.notes.append(f"{late.early} callbacks arrived before their due time")
+    if late.repeats:
+        fire.notes.append(f"{late.repeats} callbacks arrived again, of timers received before")
     return fire
 
 

@@ -134,10 +134,16 @@ def _pairs(runs: Runs) -> list[tuple[str, str]]:
     return sorted(found, key=lambda pair: _system_rank(pair[0]))
 
 
+def _count(counts: Sequence[int | None]) -> str:
+    """The sum of what was counted ("—" if nothing was)."""
+    known = [c for c in counts if c is not None]
+    return str(sum(known)) if known else "—"
+
+
 def lateness_table(runs: Runs) -> list[str]:
     rows = [
-        "| workload | system | received | p50 ms | p99 ms | max ms | early | p99 at dispatch ms |",
-        "|---|---|---|---|---|---|---|---|",
+        "| workload | system | received | p50 ms | p99 ms | max ms | early | repeats | p99 at dispatch ms |",
+        "|---|---|---|---|---|---|---|---|---|",
     ]
     for system, workload in _pairs(runs):
         fires = [f for r in runs if (f := r.fire(system, workload)) is not None]
@@ -153,6 +159,7 @@ def lateness_table(runs: Runs) -> list[str]:
                 )
             ),
             str(sum(x.early for x in late)),
+            _count([x.repeats for x in late]),
             spread(runs, of_fire(system, workload, lambda f: f.lateness.fired_p99_ms)).show(_ms),
         ]
         rows.append(f"| {workload_title(fires[0])} | {system} | {' | '.join(cells)} |")

@@ -262,6 +262,20 @@ def never_early(runs: Sequence[Results]) -> Verdict:
     )
 
 
+def never_twice(runs: Sequence[Results]) -> Verdict:
+    """No worker crashes in a bench run, so no timer may fire twice (at least once, not more)."""
+    fires = [f for r in runs for f in r.every_fire() if f.system == OURS and f.lateness.repeats is not None]
+    repeats = sum(f.lateness.repeats or 0 for f in fires)
+    status = NOT_MEASURED if not fires else (MET if repeats == 0 else MISSED)
+    received = sum(f.lateness.received for f in fires)
+    return Verdict(
+        "Once: no callback received twice (no worker crashes in these runs)",
+        f"{repeats} repeats of {received:,}",
+        status,
+        "a defect: the *repeats* column of the lateness tables says where" if repeats else "",
+    )
+
+
 @dataclass(frozen=True)
 class _Size:
     """One size of a `make bench-capacity` run, as the 10 M targets read it."""
@@ -296,7 +310,7 @@ def _from_capacity_run(verdict: Verdict, size: _Size) -> Verdict:
 def evaluate(runs: Sequence[Results], capacity: CapacityRun | None = None) -> list[Verdict]:
     """Every target's verdict; ``capacity``: the last `make bench-capacity`, for the 10 M targets
     when these runs loaded fewer timers."""
-    verdicts = [t.check(runs) for t in targets(runs)] + [never_early(runs)]
+    verdicts = [t.check(runs) for t in targets(runs)] + [never_early(runs), never_twice(runs)]
     sizes = []
     if capacity is not None:
         sizes = [

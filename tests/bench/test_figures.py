@@ -38,10 +38,17 @@ def test_lateness_counts_early_callbacks_and_missing_ones():
     due = ms(1000, 1000, 2000, 2000)
     fired = ms(1500, 1500, 2400, 1990)
     received = ms(1600, 1700, 2500, 1995)  # the last one arrived 5 ms early
-    late = lateness(5, due, fired, received)
+    late = lateness(5, due, fired, received, ids=ms(1, 2, 3, 4))
     assert late.received == 4 and late.missing == 1
-    assert late.early == 1
+    assert late.early == 1 and late.repeats == 0
     assert late.max_ms == 700 and late.min_ms == -5
+
+
+def test_a_timer_received_twice_is_a_repeat_and_does_not_stand_in_for_a_missing_one():
+    due = ms(1000, 1000, 2000)
+    late = lateness(3, due, due, due + 10, ids=ms(7, 8, 7))  # timer 7 twice, the third never
+    assert late.received == 3
+    assert late.repeats == 1 and late.missing == 1
 
 
 def test_burst_rate_is_callbacks_over_the_span_the_receiver_saw():
@@ -80,7 +87,7 @@ def _run(ours_rate: float, redis_rate: float, max_late_ms: float = 900.0) -> Res
     r = Results(profile="test", started="now", sizes={"hot_timers": 100_000})
     r.ceiling = Throughput("ceiling", 300_000, 250_000, 1.2)
     for system, fire_rate in ((OURS, ours_rate), (REDIS, redis_rate)):
-        late = lateness(10, ms(1000), ms(1000), ms(1000 + int(max_late_ms)))
+        late = lateness(10, ms(1000), ms(1000), ms(1000 + int(max_late_ms)), ids=ms(1))
         r.fires.append(
             Fire(system=system, workload="hot-second", timers=10, fire_rate=fire_rate, lateness=late)
         )
@@ -116,6 +123,17 @@ def test_targets_give_verdicts_and_gaps_from_the_median():
     precise = "Precise mode, steady 10 k/s: p99 at the receiver ≤ 10 ms in every run"
     assert verdicts[precise].status == NOT_MEASURED
     assert verdicts["10 M pending: worker RSS ≤ 300 MB"].status == NOT_MEASURED
+
+
+def test_a_callback_received_twice_misses_the_once_target():
+    once = "Once: no callback received twice (no worker crashes in these runs)"
+    runs = [_run(50_000, 100_000), _run(60_000, 100_000)]
+    assert {v.target: v for v in evaluate(runs)}[once].status == MET
+    fire = runs[1].fire(OURS, "hot-second")
+    assert fire is not None
+    fire.lateness = lateness(2, ms(1000, 1000), ms(1000, 1000), ms(1010, 1020), ids=ms(5, 5))
+    verdict = {v.target: v for v in evaluate(runs)}[once]
+    assert (verdict.status, verdict.measured) == (MISSED, "1 repeats of 3")
 
 
 def test_a_missed_target_shows_the_profile_of_its_phase_and_what_would_close_it():

@@ -97,6 +97,7 @@ def test_report_shows_the_tables_targets_and_plots(smoke_run: tuple[int, Path]) 
     assert "Fire, hot second of 500: ≥ 100 % of the Redis poller's rate" in report
     assert "Ingest, batched records ≥ 100 % of the in-memory Redis design's pipelined ZADD" in report
     assert "| Never early (every workload, both modes, every run) | 0 early of" in report
+    assert "| Once: no callback received twice (no worker crashes in these runs) | 0 repeats of" in report
     assert "| precise hot second (500 timers due in one second) |" in report
     sustained = report.split("<!-- results:sustained -->", 1)[1].split("<!-- /results:sustained -->")[0]
     assert "| kafka-timers | " in sustained and "| redis-zset | " in sustained

@@ -62,8 +62,8 @@ def steady(
     extra = np.array(late_ms or [0] * seconds, dtype=np.int64)[second]
     arrived = due + 20 + extra + ((1000 - (due % 1000)) if on_tick else 0)
     kept = slice(0, received)
-    arrivals = Arrivals(due[kept], arrived[kept], arrived[kept])
-    late = lateness(due.size, arrivals.due_ms, arrivals.fired_ms, arrivals.received_ms)
+    arrivals = Arrivals(due[kept], arrived[kept], arrived[kept], np.arange(due.size, dtype=np.int64)[kept])
+    late = lateness(due.size, arrivals.due_ms, arrivals.fired_ms, arrivals.received_ms, arrivals.ids)
     fire = Fire(OURS, f"sustained-{rate}", int(due.size), float(rate), late, window_s=seconds)
     fire.arrivals = arrivals
     return fire
