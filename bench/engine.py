@@ -89,12 +89,13 @@ class InstantProducer:
         topic: str,
         value: object = None,
         key: object = None,
-        *,
         partition: int = -1,
+        callback: DeliveryCallback | None = None,
         on_delivery: DeliveryCallback | None = None,
+        timestamp: int = 0,
         headers: object = None,
     ) -> None:
-        self._queued.append((on_delivery, partition))
+        self._queued.append((callback or on_delivery, partition))
 
     def poll(self, timeout: float = 0.0) -> int:
         queued, self._queued = self._queued, []

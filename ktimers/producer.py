@@ -18,16 +18,23 @@ RecordHeaders = list[tuple[str, str | bytes | None]]
 
 
 class ProducerLike(Protocol):
-    """The calls of ``confluent_kafka.Producer`` that kafka-timers makes."""
+    """The calls of ``confluent_kafka.Producer`` that kafka-timers makes.
+
+    ``produce`` takes its arguments positionally too, in confluent-kafka's order: the delivery
+    callback fifth, as ``callback`` (``on_delivery`` is its alias), and ``timestamp`` 0 for the
+    time of producing. The worker's loops that produce a record per timer pass them so: parsing
+    keywords costs confluent-kafka more than queueing the record (:mod:`futures.worker.kafka`).
+    """
 
     def produce(
         self,
         topic: str,
         value: str | bytes | None = ...,
         key: str | bytes | None = ...,
-        *,
         partition: int = ...,
+        callback: DeliveryCallback | None = ...,
         on_delivery: DeliveryCallback | None = ...,
+        timestamp: int = ...,
         headers: RecordHeaders | None = ...,
     ) -> None: ...
 

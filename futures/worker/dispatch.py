@@ -33,7 +33,7 @@ from futures.ingress.records import SourceRecord
 from futures.ingress.requests import seed_id
 from futures.worker.callbacks import Callback, stored_timer
 from futures.worker.destinations import MAX_TOPICS, TopicDirectory
-from futures.worker.kafka import Deliveries, KafkaWriter, is_permanent
+from futures.worker.kafka import ANY_PARTITION, Deliveries, KafkaWriter, is_permanent
 from futures.worker.metrics import WorkerMetrics
 from futures.worker.status import Firing, WorkerStatus
 from ktimers.config import TopicsConfig
@@ -194,7 +194,7 @@ class Dispatcher:
         key, value, headers = callback.record_key, callback.value, callback.headers(fired)
         report = functools.partial(deliveries.report, index)
         try:
-            self._writer.queue(topic, value, key=key, on_delivery=report, headers=headers)
+            self._writer.queue(topic, value, key, ANY_PARTITION, report, None, 0, headers)
             deliveries.pending += 1
         except (BufferError, KafkaException):
             self._writer.produce(topic, key, value, headers=headers, deliveries=deliveries, index=index)

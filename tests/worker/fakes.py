@@ -109,12 +109,14 @@ class FakeProducer:
         self,
         topic: str,
         value: str | bytes | None = None,
-        *,
         key: str | bytes | None = None,
         partition: int = -1,
+        callback: DeliveryCallback | None = None,
         on_delivery: DeliveryCallback | None = None,
+        timestamp: int = 0,
         headers: dict[str, str | bytes | None] | list[tuple[str, str | bytes | None]] | None = None,
     ) -> None:
+        on_delivery = callback or on_delivery
         refusal = self.refuse(topic)
         if refusal is not None:
             raise KafkaException(refusal)
