@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable, Coroutine
 from pathlib import Path
+from typing import Any
 
 from futures.worker.config import WorkerConfig
 from futures.worker.engine import wall_clock_ms
@@ -31,6 +33,14 @@ async def _early_in_a_second() -> int:
     while wall_clock_ms() % 1000 > 100:
         await asyncio.sleep(0.01)
     return wall_clock_ms() // 1000
+
+
+def _run(rig: Rig, scenario: Callable[[], Coroutine[Any, Any, None]]) -> None:
+    """Run ``scenario`` on a fresh event loop, then close ``rig``'s tables whatever happened."""
+    try:
+        asyncio.run(scenario())
+    finally:
+        rig.close()
 
 
 async def _sleep_until(ms: int) -> None:
@@ -71,10 +81,7 @@ def test_timers_go_out_at_their_millisecond_and_a_cancel_still_wins(tmp_path: Pa
         assert rig.table(0).pending == 1
         assert rig.table(0).watermark == s + 1
 
-    try:
-        asyncio.run(scenario())
-    finally:
-        rig.close()
+    _run(rig, scenario)
 
 
 def test_without_precise_mode_timers_wait_for_the_tick(tmp_path: Path) -> None:
@@ -89,10 +96,7 @@ def test_without_precise_mode_timers_wait_for_the_tick(tmp_path: Path) -> None:
         await rig.engine.advance([rig.tick_record(s + 1)])
         assert [cb.header("kt-id") for cb in rig.callbacks()] == [b"soon"]
 
-    try:
-        asyncio.run(scenario())
-    finally:
-        rig.close()
+    _run(rig, scenario)
 
 
 def _precise_rig(tmp_path: Path) -> WallClockRig:
@@ -125,10 +129,7 @@ def test_a_late_tick_delays_no_timer_the_window_a_second_ahead_holds(tmp_path: P
             assert fired_ms >= due[timer_id], f"{timer_id} early"
             assert fired_ms - due[timer_id] < 150, f"{timer_id} {fired_ms - due[timer_id]} ms late"
 
-    try:
-        asyncio.run(scenario())
-    finally:
-        rig.close()
+    _run(rig, scenario)
 
 
 def test_a_timer_accepted_after_its_window_opened_joins_it_and_a_new_version_replaces_it(
@@ -158,10 +159,7 @@ def test_a_timer_accepted_after_its_window_opened_joins_it_and_a_new_version_rep
             assert fired_ms - due < 150, f"{timer_id} {fired_ms - due} ms late (left for the tick?)"
         assert rig.pending_ids() == []
 
-    try:
-        asyncio.run(scenario())
-    finally:
-        rig.close()
+    _run(rig, scenario)
 
 
 def test_a_window_larger_than_a_scan_slice_sends_every_timer_once_at_its_millisecond(tmp_path: Path) -> None:
@@ -190,10 +188,7 @@ def test_a_window_larger_than_a_scan_slice_sends_every_timer_once_at_its_millise
         assert waited < 250, f"{waited} ms after due or the window's opening (left for the tick?)"
         assert rig.pending_ids() == []
 
-    try:
-        asyncio.run(scenario())
-    finally:
-        rig.close()
+    _run(rig, scenario)
 
 
 def test_a_window_waits_for_requests_written_a_second_before_its_second(tmp_path: Path) -> None:
@@ -220,10 +215,7 @@ def test_a_window_waits_for_requests_written_a_second_before_its_second(tmp_path
         assert [cb.header("kt-id") for cb in rig.callbacks()] == [b"kept"]
         assert [e.id for e in rig.events(Kind.CANCELLED)] == ["cancelled"]
 
-    try:
-        asyncio.run(scenario())
-    finally:
-        rig.close()
+    _run(rig, scenario)
 
 
 def test_windows_hold_no_more_bytes_than_their_share_of_the_budget_and_still_send_each_on_time(
@@ -261,10 +253,7 @@ def test_windows_hold_no_more_bytes_than_their_share_of_the_budget_and_still_sen
         assert 0 < most <= budget * 3 // 4 + 101_000  # and one callback read past it
         assert gauge.used == 0
 
-    try:
-        asyncio.run(scenario())
-    finally:
-        rig.close()
+    _run(rig, scenario)
 
 
 def test_a_window_waits_for_older_requests_at_most_the_bound_in_all(tmp_path: Path) -> None:
@@ -290,10 +279,7 @@ def test_a_window_waits_for_older_requests_at_most_the_bound_in_all(tmp_path: Pa
         assert all(sent[t] - due[t] < 550 for t in due), sent  # 300 ms once, not once per timer
         assert rig.metrics.registry.get_sample_value("timers_join_wait_bound_total") == 1
 
-    try:
-        asyncio.run(scenario())
-    finally:
-        rig.close()
+    _run(rig, scenario)
 
 
 def test_a_tick_that_comes_while_the_one_before_waits_for_the_engine_sends_nothing_twice(
@@ -325,7 +311,4 @@ def test_a_tick_that_comes_while_the_one_before_waits_for_the_engine_sends_nothi
         assert rig.pending_ids() == []
         assert rig.table(0).watermark == s + 2
 
-    try:
-        asyncio.run(scenario())
-    finally:
-        rig.close()
+    _run(rig, scenario)
