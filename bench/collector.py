@@ -49,21 +49,14 @@ class Arrivals:
         return int(self.received_ms.size)
 
 
-def _header(headers: Sequence[Sequence[str | bytes | None]], name: str) -> int:
-    # The kt-* headers come last and win over a user's header of the same name.
+def _header(headers: Sequence[Sequence[str | bytes | None]], name: str) -> bytes:
+    """The value of header ``name`` (b"" if none): the kt-* headers come last and win over a
+    user's header of the same name."""
     for pair in reversed(headers):
         value = pair[1]
         if pair[0] == name and isinstance(value, bytes) and value:
-            return int(value)
-    return 0
-
-
-def _id_hash(headers: Sequence[Sequence[str | bytes | None]]) -> int:
-    for pair in reversed(headers):
-        value = pair[1]
-        if pair[0] == H_ID and isinstance(value, bytes):
-            return hash(value)  # this process's hash: compared only with this run's
-    return 0
+            return value
+    return b""
 
 
 def collect(topic: str, partitions: int, expect: int, deadline: float, out: Path) -> int:
@@ -104,10 +97,11 @@ def collect(topic: str, partitions: int, expect: int, deadline: float, out: Path
                 if msg.error() is not None:
                     continue
                 headers = list(msg.headers() or [])
-                due.append(_header(headers, H_DUE_MS))
-                fired.append(_header(headers, H_FIRED_MS))
+                due.append(int(_header(headers, H_DUE_MS) or 0))
+                fired.append(int(_header(headers, H_FIRED_MS) or 0))
                 received.append(now_ms)
-                ids.append(timer := _id_hash(headers))
+                # This process's hash: compared only with this run's (hash(b"") is 0).
+                ids.append(timer := hash(_header(headers, H_ID)))
                 seen.add(timer)
     finally:
         consumer.close()

@@ -23,7 +23,7 @@ from bench.aggregate import (
     ratio,
     spread,
 )
-from bench.results import OURS, REDIS, Capacity, CapacityRun, Results
+from bench.results import OURS, REDIS, Capacity, CapacityRun, Fire, Results
 from bench.sustained import P99_LIMIT_MS
 
 MET, MISSED, NOT_MEASURED = "met", "missed", "not measured"
@@ -252,8 +252,12 @@ def targets(runs: Sequence[Results]) -> list[Target]:
     ]
 
 
+def _our_fires(runs: Sequence[Results]) -> list[Fire]:
+    return [f for r in runs for f in r.every_fire() if f.system == OURS]
+
+
 def never_early(runs: Sequence[Results]) -> Verdict:
-    fires = [f for r in runs for f in r.every_fire() if f.system == OURS]
+    fires = _our_fires(runs)
     early = sum(f.lateness.early for f in fires)
     status = NOT_MEASURED if not fires else (MET if early == 0 else MISSED)
     received = sum(f.lateness.received for f in fires)
@@ -264,7 +268,7 @@ def never_early(runs: Sequence[Results]) -> Verdict:
 
 def never_twice(runs: Sequence[Results]) -> Verdict:
     """No worker crashes in a bench run, so no timer may fire twice (at least once, not more)."""
-    fires = [f for r in runs for f in r.every_fire() if f.system == OURS and f.lateness.repeats is not None]
+    fires = [f for f in _our_fires(runs) if f.lateness.repeats is not None]
     repeats = sum(f.lateness.repeats or 0 for f in fires)
     status = NOT_MEASURED if not fires else (MET if repeats == 0 else MISSED)
     received = sum(f.lateness.received for f in fires)
