@@ -205,24 +205,24 @@ class TimerEngine:
 
     async def fire_ready(self) -> None:
         """Move the clocks the waiting ticks allow, firing what comes due."""
-        windows = self._precise.windows if self._precise is not None else None
+        precise = self._precise
         while self._waiting:
-            if windows is not None:
+            if precise is not None:
                 # A precise window ends at its tick's very second: let it finish sending and
                 # deleting, so the tick's scan does not find its timers.
-                await windows.done(self._waiting.seconds())
+                await precise.windows.done(self._waiting.seconds())
             async with self._ctx.lock:
-                if windows is not None and windows.sending(self._waiting.seconds()):
+                if precise is not None and precise.windows.sending(self._waiting.seconds()):
                     continue  # a later tick came while this one waited for the lock: its windows too
                 targets = self._claim_ticks()
                 if not targets:
                     return
                 self._sweep.note(targets)
-                join = None if self._precise is not None else self._join
+                join = None if precise is not None else self._join
                 moved = await self._firing.fire(targets, join)
-                if self._precise is not None:
+                if precise is not None:
                     for partition, second in moved.items():
-                        await self._precise.open(partition, second)
+                        await precise.open(partition, second)
                 else:
                     self._lookahead.moved(moved)
                     self._clocks.update(moved)
