@@ -280,10 +280,9 @@ class TimerEngine:
 
         Call it as the revocation is reported, before the group rejoins (so before a new
         owner fires them), with ``owns`` saying False for them from then on. A firing under
-        way sends nothing more of them; their precise windows send nothing more: what they
-        did not settle stays in the table, so the new owner fires it, a timer sent just
-        before the revocation maybe once more (callbacks carry ``kt-id`` and ``kt-due-ms``
-        for receivers to deduplicate). The callbacks built ahead for them are dropped.
+        way sends nothing more of them; their precise windows send nothing more. What was
+        sent is settled by :meth:`settle_revoked`; what was not stays in the table, for the
+        new owner. The callbacks built ahead for them are dropped.
         """
         revoked = set(partitions)
         for partition in revoked:
@@ -292,6 +291,26 @@ class TimerEngine:
             self._precise.windows.revoke(revoked)
         for partition in revoked:
             self._lookahead.drop(partition)
+
+    async def settle_revoked(self) -> None:
+        """Settle what this worker sent of the partitions :meth:`revoke` took away: their precise
+        windows' sent timers, and the step under way (a firing's pieces in flight, an ingest
+        step) written to the changelog. Await it before the group rejoins: the new owner then
+        rebuilds a table that no longer holds what was sent here, so a rebalance sends nothing
+        twice. At most a third of the rebalance timeout, so the group keeps this member; what is
+        not settled by then stays in the table, for the new owner to send again (at least once).
+        """
+        timeout_s = self.config.group_timeouts[2] / 3
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout_s
+        if self._precise is not None and not await self._precise.windows.settle_revoked(timeout_s):
+            log.warning("revoked precise windows did not settle within %.1fs: the new owner may send again "
+                        "what they sent", timeout_s)  # fmt: skip
+        try:
+            async with asyncio.timeout_at(deadline), self._ctx.lock:
+                pass
+        except TimeoutError:
+            log.warning("the engine step under way did not end within %.1fs of the revocation", timeout_s)
 
     def _fatal(self, exc: BaseException) -> None:
         """A precise window or its settle failed: its durable writes failed, the worker must stop.
@@ -309,5 +328,7 @@ class TimerEngine:
         self._ctx.owns = lambda partition: False
         windows = self._precise.windows.partitions() if self._precise is not None else set()
         self.revoke([*windows, *self._lookahead.partitions()])
+        if self._precise is not None:
+            self._precise.windows.abandon()  # no window writes on: the restarted worker sends theirs
         if self.on_fatal is not None:
             self.on_fatal(exc)

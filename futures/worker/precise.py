@@ -17,7 +17,9 @@ with the send (once sent, a cancel reports ``CANCEL_MISSED``). Waiting for the r
 written up to each timer's own millisecond would put the ingest's latency (tens of
 milliseconds, more under load) on every precise timer: measured at 10,000 timers/s, p99
 91-180 ms at the receiver instead of about 20. It sends nothing after its
-partition is revoked, and a failed settle stops the worker (``on_failure``).
+partition is revoked, and settles what it sent before the group rejoins
+(:meth:`~futures.worker.windows.Windows.settle_revoked`); a failed settle stops the worker
+(``on_failure``).
 """
 
 from __future__ import annotations
@@ -136,7 +138,8 @@ class PreciseMode:
         Runs without the lock while it waits, so ingest goes on: a timer accepted
         meanwhile joins (``Windows.offer``), one cancelled or replaced is skipped
         (``window.removed``). Never early: a timer is sent when this worker's clock
-        has reached its due time. Never after its partition was revoked.
+        has reached its due time. Never after its partition was revoked; what it sent by then
+        it settles, unless abandoned (:meth:`Windows.settle_revoked`).
         A failure ends it with the failure, every settle's awaited first.
         """
         ctx = self._ctx
@@ -197,7 +200,7 @@ class PreciseMode:
                     settling.append(asyncio.create_task(self._settle(window, sent, deliveries)))
                     deliveries, sent, sent_bytes = Deliveries(), [], 0
             window.closing = True
-            if sent and not window.revoked and ctx.owns(partition):
+            if sent and not window.abandoned:  # revoked too: what it sent is settled before the rejoin
                 settling.append(asyncio.create_task(self._settle(window, sent, deliveries)))
                 sent = []
         finally:
@@ -236,7 +239,7 @@ class PreciseMode:
         try:
             await ctx.writer.delivered(deliveries)
             async with ctx.lock:
-                if window.revoked or not ctx.owns(partition):
+                if window.abandoned:
                     return  # the new owner sends them again: at least once
                 callbacks = [c for c, _ in sent]
                 outcome = ctx.dispatch.settle(callbacks, deliveries, [f for _, f in sent])

@@ -22,7 +22,7 @@ import logging
 import re
 import threading
 from collections import defaultdict
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Awaitable, Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -43,6 +43,10 @@ OPEN_FOUND_AFTER_S = 0.25
 
 
 def _ignore(partitions: set[int]) -> None:
+    pass
+
+
+async def _nothing_to_settle() -> None:
     pass
 
 
@@ -71,6 +75,9 @@ class TimerStore(StoreBase):
         self._found_enough = False
         #: Told the partitions :meth:`revoke` took away (the engine stops sending theirs).
         self.on_revoked: Callable[[set[int]], None] = _ignore
+        #: Awaited once they are told, before the group rejoins and before the tables close:
+        #: the engine settles what it sent of them (:meth:`settle_revoked`).
+        self.on_settle: Callable[[], Awaitable[None]] = _nothing_to_settle
 
     # -- what the engine uses -------------------------------------------------
 
@@ -200,11 +207,21 @@ class TimerStore(StoreBase):
         assignment (:meth:`on_rebalance`), which may hand them straight back.
         """
         changelog = self.table.changelog_topic.topics
-        partitions = {tp.partition for tp in revoked if tp.topic in changelog} & self._owned
+        self._give_up({tp.partition for tp in revoked if tp.topic in changelog})
+
+    def _give_up(self, partitions: set[int]) -> None:
+        partitions &= self._owned
         if partitions:
             log.info("partitions %s revoked: nothing of them is sent from now on", sorted(partitions))
             self._owned = self._owned - partitions
             self.on_revoked(partitions)
+
+    async def settle_revoked(self) -> None:
+        """What the engine sent of the revoked partitions is settled (written to the changelog,
+        deleted here), or given up on: called after :meth:`revoke` and before the group rejoins
+        (the app's ``on_partitions_revoked`` signal, which Faust awaits), so a partition's new
+        owner, rebuilding its table from the changelog, does not send it again."""
+        await self.on_settle()
 
     # -- Faust's recovery protocol -------------------------------------------
 
@@ -283,9 +300,12 @@ class TimerStore(StoreBase):
         self._partitions.clear()
 
     async def stop(self) -> None:
-        # Faust stops tables before agents: wait for the engine step in progress,
-        # and own nothing afterwards, so no later step touches a closed table.
+        # Faust stops tables before agents: the engine settles what it sent (Faust revoked the
+        # assignment already, unless the consumer never started), the step in progress ends,
+        # and this owns nothing afterwards, so no later step touches a closed table.
         await self._adopt_found()
+        self._give_up(set(self._owned))
+        await self.settle_revoked()
         async with self.lock:
             self._owned = set()
             for timers in self._partitions.values():

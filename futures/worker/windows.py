@@ -11,8 +11,9 @@ and deleted by their window (``PreciseMode._send``), so a crash re-sends them.
 All open windows together hold at most their share of ``TIMERS_FIRE_BUDGET_BYTES``: a second
 whose timers do not fit is read on from the table as its sent timers are settled and free
 their bytes (``Window.cursor``), so each timer still goes out at its own millisecond.
-A revoked partition's windows stop before their next timer (:meth:`Windows.revoke`), and a
-window's failure is reported at once (``on_failure``), never left in its task.
+A revoked partition's windows stop before their next timer (:meth:`Windows.revoke`) and settle
+what they sent before the group rejoins (:meth:`Windows.settle_revoked`), and a window's
+failure is reported at once (``on_failure``), never left in its task.
 A window holds its timers' callbacks ready to send (:mod:`futures.worker.callbacks`): built
 when it opens, a second ahead, not at each timer's millisecond.
 """
@@ -73,8 +74,12 @@ class Window:
     deferred: set[bytes] = field(default_factory=set)
     #: Set once the window sent its last timer: a timer offered later is left to the tick's scan.
     closing: bool = False
-    #: Set when its partition is revoked: it sends, settles and deletes nothing more.
+    #: Set when its partition is revoked: it sends nothing more, and settles what it sent
+    #: (:meth:`Windows.settle_revoked`, before the group rejoins).
     revoked: bool = False
+    #: Set when it may write nothing more (the worker stops on a failure, or its revoked
+    #: partition's settle ran out of time): what it sent and did not settle stays in the table.
+    abandoned: bool = False
     task: asyncio.Task[None] | None = None
     #: What the sending task is waiting on; an earlier timer offered meanwhile wakes it.
     waiter: asyncio.Future[None] | None = None
@@ -176,6 +181,8 @@ class Windows:
         self._on_failure = on_failure
         #: Every window's task until it ends, revoked ones included: the loop keeps only weak references.
         self._tasks: set[asyncio.Task[None]] = set()
+        #: Revoked windows still settling what they sent (:meth:`settle_revoked`).
+        self._revoked: list[Window] = []
 
     def __bool__(self) -> bool:
         return bool(self._open)
@@ -212,16 +219,41 @@ class Windows:
         """Stop the windows of ``partitions`` before their next timer.
 
         They leave the open windows at once (a tick no longer waits for them, a cancel or a
-        new version no longer looks at them) and wake to end: what they did not settle
-        stays in the table, for the partition's new owner. A settle already writing
-        when this is called completes (it holds the engine lock).
+        new version no longer looks at them) and wake to end. What they sent they settle
+        (:meth:`settle_revoked`); what they did not send stays in the table, for the
+        partition's new owner.
         """
         for key, window in list(self._open.items()):
             if window.partition in partitions:
                 del self._open[key]
                 window.revoked = window.closing = True
+                self._revoked.append(window)
                 if window.waiter is not None:
                     wake(window.waiter)
+
+    async def settle_revoked(self, timeout_s: float) -> bool:
+        """Wait until the revoked windows have settled what they sent, at most ``timeout_s``;
+        whether they all did. Those still settling then are abandoned: they write nothing
+        more (a settle already writing completes: it holds the engine lock), and what they
+        sent stays in the table, for the new owner to send again.
+
+        Awaited before the group rejoins, so a partition's new owner, which rebuilds its
+        table from the changelog, does not send again what this worker sent before the rebalance.
+        """
+        revoked, self._revoked = self._revoked, []
+        tasks = [w.task for w in revoked if w.task is not None and not w.task.done()]
+        if tasks:
+            await asyncio.wait(tasks, timeout=timeout_s)
+        late = [w for w in revoked if w.task is not None and not w.task.done()]
+        for window in late:
+            window.abandoned = True
+        return not late
+
+    def abandon(self) -> None:
+        """Every window, open or revoked, writes nothing more (the worker stops on a failure)."""
+        for window in [*self._open.values(), *self._revoked]:
+            window.abandoned = True
+        self._revoked = []
 
     async def done(self, seconds: Mapping[int, int]) -> None:
         """Wait until the windows of each partition up to its second in ``seconds`` have sent

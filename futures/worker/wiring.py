@@ -67,6 +67,13 @@ def build(config: WorkerConfig, partitions: int) -> tuple[faust.App, TimerEngine
         on_fatal=crash,
     )
     store.on_revoked = engine.revoke
+    store.on_settle = engine.settle_revoked
+
+    @timers.app.on_partitions_revoked.connect  # type: ignore[arg-type]
+    async def settle_revoked(sender: Any, revoked: set[Any], *, signal: Any, **kwargs: Any) -> None:
+        # Sent last in Faust's revocation, which the consumer awaits before it rejoins the group.
+        await store.settle_revoked()
+
     register_agents(timers.app, engine, config)
     register_views(timers.app, metrics, store, config, engine.status, writer)
 

@@ -100,6 +100,8 @@ class FakeProducer:
         #: Errors raised by produce() itself, before queueing, as librdkafka does
         #: for a record larger than message.max.bytes.
         self.refuse: FailFn = lambda topic: None
+        #: While set, no delivery report comes (a broker that does not answer yet).
+        self.hold = False
         self.sent: list[Sent] = []
         self.flush_count = 0
         self._queue: list[tuple[Sent, DeliveryCallback | None]] = []
@@ -140,6 +142,8 @@ class FakeProducer:
         self._queue.append((sent, on_delivery))
 
     def _deliver(self) -> None:
+        if self.hold:
+            return
         queue, self._queue = self._queue, []
         for sent, on_delivery in queue:
             partition = 0 if sent.partition is None else sent.partition

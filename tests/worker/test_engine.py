@@ -1015,6 +1015,38 @@ def test_a_partition_revoked_while_its_second_fires_sends_nothing_more(make_rig)
     assert len(rig.fired()) < 3000
 
 
+def test_a_revocation_settles_once_the_firing_under_way_has_recorded_what_it_sent(make_rig):
+    # The new owner rebuilds the table from the changelog once the group rejoins: every
+    # callback sent before the revocation must be deleted there by then, or it goes out twice.
+    rig = make_rig(fire_chunk_size=300)
+    rig.ingest(*(rig.request(f"h{i:04d}", T_MS - 900 + i % 800) for i in range(3000)))
+    rig.now = T_MS + 10
+
+    def produced() -> int:
+        return sum(1 for s in rig.producer.sent if s.topic == "orders")
+
+    async def scenario() -> tuple[int, set[bytes]]:
+        rig.producer.hold = True  # the broker is slow to acknowledge
+        firing = asyncio.ensure_future(rig.engine.advance([rig.tick_record(T)]))
+        while produced() < 200:  # two pieces out, the first awaiting its reports
+            await asyncio.sleep(0.001)
+        rig.owned = {1, 2, 3}
+        rig.engine.revoke([0])
+        settling = asyncio.ensure_future(rig.engine.settle_revoked())
+        await asyncio.sleep(0.05)
+        assert not settling.done(), "settled while callbacks sent were not yet recorded"
+        rig.producer.hold = False
+        await settling
+        recorded = {key for key, _ in rig.deletions(0, delivered_only=True)}
+        await firing
+        return len(rig.callbacks()), recorded
+
+    sent, recorded = asyncio.run(scenario())
+    assert 200 <= sent < 3000
+    assert len(recorded) == sent
+    assert len(rig.pending_ids()) == 3000 - sent
+
+
 def test_a_partition_handed_back_after_a_revocation_mid_firing_fires_what_it_did_not_send(make_rig):
     # An eager rebalance revokes every partition, then may hand one straight back to the same
     # worker: its table stays open, with the timers the interrupted firing did not send.

@@ -104,3 +104,35 @@ def test_a_revocation_takes_partitions_away_as_faust_reports_it(tmp_path: Path) 
     assert told == [{1}]
     assert (store.owns(0), store.owns(1)) == (True, False)
     asyncio.run(store.stop())
+
+
+def test_a_stopping_worker_settles_what_it_sent_before_its_tables_close(tmp_path: Path) -> None:
+    # Faust stops the tables before the consumer leaves the group: the engine records what it
+    # sent of every partition while their tables are still open, so the next owner does not send it.
+    config = WorkerConfig.from_env(
+        {"KAFKA_BOOTSTRAP_SERVERS": "127.0.0.1:1", "TIMERS_DATA_DIR": str(tmp_path), "TIMERS_APP_ID": "t"}
+    )
+    timers = create_app(config, partitions=4)
+    store = timers.store
+    changelog = config.changelog_topic
+    assigned = {TP(changelog, 0), TP(changelog, 1)}
+    asyncio.run(store.on_rebalance(assigned, set(), assigned))
+    table = store.partition(0)
+    revoked: list[set[int]] = []
+    store.on_revoked = revoked.append
+    same_table: list[bool] = []
+
+    async def settle() -> None:
+        same_table.append(store.partition(0) is table)  # not closed yet, nor opened again
+        table.apply([progress_record(1_800_000_000, 5)], offset=1)  # a settle's write
+
+    store.on_settle = settle
+    asyncio.run(store.stop())
+
+    assert revoked == [{0, 1}]
+    assert same_table == [True]
+    reopened = PartitionTimers(store.directory / "partition-0.db")
+    try:
+        assert reopened.persisted_offset == 1
+    finally:
+        reopened.close()

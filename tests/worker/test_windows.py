@@ -73,7 +73,7 @@ async def _until(check: Callable[[], bool], seconds: float = 5.0) -> None:
         await asyncio.sleep(0.005)
 
 
-def test_a_revoked_partition_sends_nothing_more_and_leaves_its_timers_to_the_new_owner(
+def test_a_revoked_partition_sends_nothing_more_settles_what_it_sent_and_leaves_the_rest(
     owner: Callable[[], OwnerRig],
 ) -> None:
     rig = owner()
@@ -88,6 +88,7 @@ def test_a_revoked_partition_sends_nothing_more_and_leaves_its_timers_to_the_new
         rig.now = START + 145  # t0..t4 are due
         await _until(lambda: len(rig.produced(0)) == 5)
         rig.revoke(0)
+        await engine.settle_revoked()  # as the rebalance does, before the group rejoins
         rig.now = T * 1000 + 10  # the rest of the window is due
         await _until(lambda: len(rig.produced(1)) == 10)  # the partition kept sends on
         await engine.advance([rig.tick_record(T, 1)])
@@ -95,11 +96,49 @@ def test_a_revoked_partition_sends_nothing_more_and_leaves_its_timers_to_the_new
 
     asyncio.run(scenario())
     assert rig.produced(0) == ["t0", "t1", "t2", "t3", "t4"]
-    # Sent or not, nothing of it was deleted here: its new owner fires them (the first five again).
-    assert sorted(rig.pending_ids(0)) == sorted(due)
+    # What it sent is deleted through the changelog, so the new owner, which rebuilds the table
+    # from it, does not send them again; what it did not send is left to the new owner.
+    assert sorted(rig.pending_ids(0)) == ["t5", "t6", "t7", "t8", "t9"]
+    assert len(rig.deletions(0, delivered_only=True)) == 5
     assert rig.produced(1) == list(other)
     assert rig.pending_ids(1) == []
     assert rig.fatal == []
+
+
+def test_a_revoked_window_that_cannot_settle_in_time_leaves_what_it_sent_to_the_new_owner(
+    tmp_path: Path,
+) -> None:
+    # A third of the rebalance timeout: the group must not drop this worker while it settles.
+    config = WorkerConfig(common=CommonConfig(kafka=KafkaConfig()), precise=True, rebalance_timeout_s=0.3)
+    rig = OwnerRig(tmp_path, config)
+    rig.now = START + 10
+    due = {f"t{i}": START + 100 + 10 * i for i in range(10)}
+
+    async def scenario() -> float:
+        await rig.schedule(due)
+        await rig.engine.advance([rig.tick_record(T - 1)])
+        rig.producer.hold = True  # the broker stops answering
+        rig.now = START + 145
+        await _until(lambda: len(rig.produced()) == 5)
+        rig.revoke(0)
+        loop = asyncio.get_running_loop()
+        began = loop.time()
+        await rig.engine.settle_revoked()
+        took = loop.time() - began
+        rig.producer.hold = False  # it answers once the new owner has the partition
+        await asyncio.sleep(0.05)
+        return took
+
+    try:
+        took = asyncio.run(scenario())
+        assert took < 0.3, f"settling the revoked window took {took:.2f}s"
+        assert rig.produced() == ["t0", "t1", "t2", "t3", "t4"]
+        # Given up on: nothing deleted here or in the changelog, so the new owner sends all ten.
+        assert sorted(rig.pending_ids()) == sorted(due)
+        assert rig.deletions(0) == []
+        assert rig.fatal == []
+    finally:
+        rig.close()
 
 
 def test_a_cancel_applied_by_the_new_owner_is_not_defeated_by_the_old_one(
