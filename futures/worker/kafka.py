@@ -27,17 +27,19 @@ MESSAGE_TIMEOUT_MS = 30_000
 class Deliveries:
     """Delivery reports of one group of records.
 
-    :attr:`errors` holds the failures: by the index given at produce time (callbacks,
-    whose failures must be traced to their timer), else in report order. With
+    Failures land in :attr:`errors`, by an index given at produce time (a record refused
+    before it was queued), or in :attr:`failed` with the record the report names. With
     ``offsets=True`` it also keeps the highest offset written per partition (the
     changelog's, for the table's persisted offset). A success costs one call that
-    returns at once: this runs for every record the worker writes.
+    returns at once, to one bound method: this runs for every record the worker writes.
     """
 
-    __slots__ = ("errors", "offsets", "on_delivery", "pending")
+    __slots__ = ("errors", "failed", "offsets", "on_delivery", "pending")
 
     def __init__(self, *, offsets: bool = False) -> None:
         self.errors: dict[int, KafkaError] = {}
+        #: Failures reported by librdkafka, with the message each names (None if it names none).
+        self.failed: list[tuple[KafkaError, Message | None]] = []
         self.offsets: dict[int, int] = {}  # partition -> highest offset
         #: Records produced into this group whose report has not come yet.
         self.pending = 0
@@ -54,21 +56,21 @@ class Deliveries:
     def _report(self, err: KafkaError | None, msg: Message | None) -> None:
         self.pending -= 1
         if err is not None or msg is None:
-            self.errors[len(self.errors)] = err or KafkaError(KafkaError._FAIL)
+            self.failed.append((err or KafkaError(KafkaError._FAIL), msg))
 
     def _report_offset(self, err: KafkaError | None, msg: Message | None) -> None:
         self.pending -= 1
         if err is not None or msg is None:
-            self.errors[len(self.errors)] = err or KafkaError(KafkaError._FAIL)
+            self.failed.append((err or KafkaError(KafkaError._FAIL), msg))
             return
         partition, offset = msg.partition(), msg.offset()
         if partition is not None and offset is not None and offset > self.offsets.get(partition, -1):
             self.offsets[partition] = offset
 
     def raise_first(self, what: str) -> None:
-        if self.errors:
-            err = next(iter(self.errors.values()))
-            raise DeliveryError(f"{len(self.errors)} {what} record(s) not delivered, first: {err.str()}")
+        errors = [*self.errors.values(), *(err for err, _ in self.failed)]
+        if errors:
+            raise DeliveryError(f"{len(errors)} {what} record(s) not delivered, first: {errors[0].str()}")
 
 
 def is_permanent(err: KafkaError) -> bool:

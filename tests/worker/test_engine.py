@@ -247,6 +247,40 @@ def test_late_request_hitting_a_transient_error_is_kept_for_the_next_tick(rig):
     assert rig.pending_ids() == ["future"]
 
 
+def test_a_failed_callback_is_traced_to_its_timer_and_callbacks_alike_share_its_fate(rig):
+    # A delivery report names a record, not a timer: the failure is traced by topic, key and value.
+    due = {"a": T_MS - 500, "b": T_MS - 400, "c": T_MS - 300, "twin-1": T_MS - 200, "twin-2": T_MS - 100}
+    rig.ingest(
+        *(
+            rig.request(
+                i,
+                d,
+                key="same" if i.startswith("twin") else "",
+                payload=b"same" if i.startswith("twin") else None,
+            )
+            for i, d in due.items()
+        )
+    )
+    delivered: list[str] = []
+
+    def fail(topic: str) -> KafkaError | None:
+        if topic != "orders":
+            return None
+        delivered.append("")
+        return transient_error() if len(delivered) in (2, 4) else None  # "b" and "twin-1"
+
+    rig.producer.fail = fail
+    rig.tick(T)
+    assert sorted(rig.fired()) == ["a", "c", "twin-2"]  # delivered
+    # "b" is kept; "twin-2" too, though delivered: nothing in its report tells it from "twin-1".
+    assert sorted(rig.pending_ids()) == ["b", "twin-1", "twin-2"]
+
+    rig.producer.fail = lambda topic: None
+    rig.tick(T + 1)
+    assert sorted(rig.fired()) == ["a", "b", "c", "twin-1", "twin-2", "twin-2"]
+    assert rig.pending_ids() == []
+
+
 # -- reschedule and cancel ----------------------------------------------------
 
 

@@ -19,7 +19,8 @@ def test_each_failed_record_is_counted_when_no_index_is_given():
     for key in (b"a", b"b", b"c"):
         writer.produce("gone", key, b"v", deliveries=deliveries)
     asyncio.run(writer.delivered(deliveries))
-    assert len(deliveries.errors) == 3
+    # Each with the record its report names.
+    assert [msg.key() for _, msg in deliveries.failed if msg is not None] == [b"a", b"b", b"c"]
     with pytest.raises(DeliveryError, match="^3 changelog record"):
         deliveries.raise_first("changelog")
 
