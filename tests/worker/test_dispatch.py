@@ -1,14 +1,16 @@
-"""The dispatcher's memory of callback topics does not grow with the names requests carry."""
+"""The dispatcher's memory of callback topics does not grow with the names requests carry, and a
+failed delivery report is traced to the callbacks it may be of."""
 
 from __future__ import annotations
 
+from futures.worker.callbacks import Callback
 from futures.worker.destinations import MAX_TOPICS
-from futures.worker.dispatch import Dispatcher
-from futures.worker.kafka import KafkaWriter
+from futures.worker.dispatch import Dispatcher, traced_errors
+from futures.worker.kafka import Deliveries, KafkaWriter
 from futures.worker.metrics import WorkerMetrics
 from futures.worker.status import WorkerStatus
 from ktimers.config import TopicsConfig
-from tests.worker.fakes import FakeProducer, FakeTopics
+from tests.worker.fakes import FakeMessage, FakeProducer, FakeTopics, Sent, transient_error
 
 
 def test_requests_naming_ever_new_callback_topics_leave_memory_at_the_bound() -> None:
@@ -37,3 +39,33 @@ def test_requests_naming_ever_new_callback_topics_leave_memory_at_the_bound() ->
     accept(many + 1, "topic-0")  # forgotten: handed over again, with its next timer
     assert directory.asked[-1] == "topic-0"
     assert len(dispatcher._expected) == MAX_TOPICS
+
+
+def _callback(timer_id: str, topic: str, key: bytes, value: bytes) -> Callback:
+    return Callback(b"t" + timer_id.encode(), 0, topic, key, value, timer_id, 0, 0, b"", b"", (), b"")
+
+
+def test_a_failure_is_traced_by_the_record_its_report_names_and_one_naming_none_fails_them_all() -> None:
+    callbacks = [
+        _callback("a", "orders", b"k", b"1"),
+        _callback("b", "orders", b"k", b"2"),
+        _callback("c", "audit", b"k", b"1"),
+        _callback("d", "orders", b"", b""),
+    ]
+    producer = FakeProducer(fail=lambda topic: transient_error() if topic == "audit" else None)
+    deliveries = Deliveries()
+    writer = KafkaWriter(producer)
+    for c in callbacks:
+        writer.produce(c.topic, c.record_key, c.value, deliveries=deliveries)
+    producer.flush()
+    # "c" alone, though "a" shares its key and value: a report names the topic too.
+    assert list(traced_errors(callbacks, deliveries)) == [2]
+
+    # A key and a value left empty are named as None by librdkafka: still "d".
+    empty = Deliveries()
+    empty.failed.append((transient_error(), FakeMessage(Sent("orders", None, None, None, [], 0), 0, None)))
+    assert list(traced_errors(callbacks, empty)) == [3]
+
+    unnamed = Deliveries()
+    unnamed.failed.append((transient_error(), None))
+    assert sorted(traced_errors(callbacks, unnamed)) == [0, 1, 2, 3]
