@@ -11,7 +11,7 @@ import struct
 from collections.abc import Iterable, Iterator, Sequence
 from typing import Any, cast
 
-from google.protobuf.message import DecodeError
+from google.protobuf.message import DecodeError, Message
 
 from ktimers.timers_pb2 import (
     Cancel,
@@ -43,6 +43,7 @@ __all__ = [
     "KIND_CANCEL",
     "KIND_FUTURE",
     "KIND_BATCH",
+    "REQUEST_MESSAGES",
     "H_ID",
     "H_DUE_MS",
     "H_TOKEN",
@@ -85,6 +86,13 @@ KIND_CANCEL = b"cancel"
 # A FutureBatch: many Futures in one record, all held by the record's partition.
 # On `timer-events`: a TimerEventBatch.
 KIND_BATCH = b"batch"
+#: The message each ``kt-kind`` of a request topic names (what the client frames for the Schema
+#: Registry, and what a framed record's message index means to the worker).
+REQUEST_MESSAGES: dict[bytes, type[Message]] = {
+    KIND_FUTURE: Future,
+    KIND_BATCH: FutureBatch,
+    KIND_CANCEL: Cancel,
+}
 
 # Headers the worker adds to every callback record.
 H_ID = "kt-id"  # timer id: receivers drop repeats by it

@@ -14,13 +14,9 @@ from collections.abc import Mapping
 from dataclasses import replace
 from typing import Any
 
-from google.protobuf.message import Message
-
 from futures.client.records import TimerRecord
 from ktimers.errors import ConfigError, DeliveryError
-from ktimers.wire import KIND_BATCH, KIND_CANCEL, KIND_FUTURE, KIND_HEADER, Cancel, Future, FutureBatch
-
-_MESSAGES: dict[bytes, type[Message]] = {KIND_FUTURE: Future, KIND_BATCH: FutureBatch, KIND_CANCEL: Cancel}
+from ktimers.wire import KIND_HEADER, REQUEST_MESSAGES
 
 
 class RequestFraming:
@@ -48,7 +44,7 @@ class RequestFraming:
     @property
     def ready(self) -> bool:
         """Whether every prefix is known, so that framing needs no registry."""
-        return len(self._prefixes) == len(_MESSAGES)
+        return len(self._prefixes) == len(REQUEST_MESSAGES)
 
     def prepare(self) -> None:
         """Ask the registry for each request type's schema id (registering it if so configured); blocks."""
@@ -56,7 +52,7 @@ class RequestFraming:
         from confluent_kafka.serialization import MessageField, SerializationContext
 
         context = SerializationContext(self._topic, MessageField.VALUE)
-        for kind, message_type in _MESSAGES.items():
+        for kind, message_type in REQUEST_MESSAGES.items():
             if kind in self._prefixes:
                 continue
             try:

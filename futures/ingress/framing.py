@@ -20,7 +20,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ktimers import timers_pb2
-from ktimers.wire import KIND_BATCH, KIND_CANCEL, KIND_FUTURE
+from ktimers.wire import REQUEST_MESSAGES
 
 MAGIC_BYTE = 0
 _HEADER = 5  # the magic byte and the schema id
@@ -37,11 +37,9 @@ def _top_level_index(name: str) -> tuple[int, ...]:
     return (list(timers_pb2.DESCRIPTOR.message_types_by_name).index(name),)
 
 
-#: ``kt-kind`` → the message type it names in proto/timers.proto.
-KIND_MESSAGES = {KIND_FUTURE: "Future", KIND_BATCH: "FutureBatch", KIND_CANCEL: "Cancel"}
 #: The message index of each timer request in proto/timers.proto → its ``kt-kind``.
 REQUEST_KINDS: dict[tuple[int, ...], bytes] = {
-    _top_level_index(name): kind for kind, name in KIND_MESSAGES.items()
+    _top_level_index(message.DESCRIPTOR.name): kind for kind, message in REQUEST_MESSAGES.items()
 }
 
 

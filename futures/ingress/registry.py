@@ -40,8 +40,9 @@ from typing import Any, Protocol
 from google.protobuf import descriptor_pb2
 from google.protobuf.message import DecodeError
 
-from futures.ingress.framing import KIND_MESSAGES, Framed
+from futures.ingress.framing import Framed
 from ktimers import timers_pb2
+from ktimers.wire import REQUEST_MESSAGES
 
 log = logging.getLogger(__name__)
 
@@ -116,7 +117,8 @@ class SchemaCheck:
             # An id's schema never changes: only an id not registered yet may be one later.
             verdict = _Verdict(schema.problem, now + UNKNOWN_RETRY_S if schema.may_change else float("inf"))
         else:
-            verdict = _Verdict(_incompatibility(schema, framed, KIND_MESSAGES[kind]), float("inf"))
+            message = REQUEST_MESSAGES[kind].DESCRIPTOR.name
+            verdict = _Verdict(_incompatibility(schema, framed, message), float("inf"))
         if len(self._verdicts) >= MAX_REMEMBERED_IDS:
             del self._verdicts[next(iter(self._verdicts))]
         self._verdicts[key] = verdict
