@@ -462,6 +462,11 @@ class PartitionTimers:
         below = TIMER_PREFIX + due_prefix(self._watermark_ms() + 1)
         low = self._low_ms
         replay = pending_delta is None
+        # Index entries go into the batch after the timers, deletes first, then what
+        # ``indexed`` holds at the end (the same final state as in record order): RocksDB
+        # inserts a run of ascending keys into its memtable for a few comparisons each, and
+        # timer keys alternating with index keys broke every run.
+        unindexed: list[bytes] = []
 
         def delete_timer(key: bytes) -> None:
             nonlocal delta
@@ -482,7 +487,7 @@ class PartitionTimers:
                 raw = self._db.get(index_key)
                 points_at = None if raw is None else bytes(raw)
             if points_at is None or points_at == key[1:_TIMER_ID_AT]:
-                batch.delete(index_key)
+                unindexed.append(index_key)
                 indexed.pop(index_key, None)
 
         for key, value in records:
@@ -499,7 +504,6 @@ class PartitionTimers:
                     present[key] = True
                 batch.put(key, value)
                 indexed[index_key] = key[1:_TIMER_ID_AT]
-                batch.put(index_key, indexed[index_key])
                 if key < below:
                     due = due_of_key(key)
                     low = due if low is None else min(low, due)
@@ -521,6 +525,10 @@ class PartitionTimers:
                 record_offset = _I64.unpack(value)[0]
                 known = topic_offsets.get(topic, self.topic_offset(topic))
                 topic_offsets[topic] = max(known, record_offset)
+        for index_key in unindexed:
+            batch.delete(index_key)
+        for index_key, points_at in indexed.items():
+            batch.put(index_key, points_at)
         if pending_delta is not None:
             delta = pending_delta
         pending = max(self.pending + delta, 0)

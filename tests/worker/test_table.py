@@ -2,16 +2,22 @@
 
 from __future__ import annotations
 
+import struct
+import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from futures.worker.table import (
+    FIRED_PREFIX,
     MEMTABLES_BYTES,
     WRITE_BUFFER_BYTES,
     PartitionTimers,
     Record,
+    pack_keys,
     progress_record,
     table_key,
 )
@@ -110,6 +116,52 @@ def test_replayed_records_count_only_real_changes(table):
     table.apply([tomb(T_MS, "a")], offset=3)
     table.apply([tomb(T_MS, "a")], offset=4)
     assert table.pending == 0
+
+
+# A changelog's records over two ids and three due times: a put, a tombstone, or an ``f``
+# record of fired timers, in any order, so that an id is put, replaced, moved, deleted and put
+# again within one write.
+_TIMER = st.tuples(st.sampled_from("xy"), st.sampled_from([T_MS + 1000, T_MS + 2000, T_MS + 3000]))
+_OPS = st.lists(
+    st.one_of(
+        st.tuples(st.just("put"), _TIMER),
+        st.tuples(st.just("tomb"), _TIMER),
+        st.tuples(st.just("fired"), st.lists(_TIMER, min_size=1, max_size=3)),
+    ),
+    max_size=12,
+)
+
+
+def _records(ops: list) -> list[Record]:
+    records: list[Record] = []
+    for seq, (kind, arg) in enumerate(ops):
+        if kind == "put":
+            records.append(put(arg[1], arg[0], f"{arg[0]}@{arg[1]}#{seq}".encode()))
+        elif kind == "tomb":
+            records.append(tomb(arg[1], arg[0]))
+        else:
+            keys = [table_key(due, timer_id) for timer_id, due in arg]
+            records.append((FIRED_PREFIX + struct.pack(">Q", seq), pack_keys(keys)[0]))
+    return records
+
+
+@settings(max_examples=150, deadline=None)
+@given(_OPS)
+def test_records_applied_in_one_write_leave_the_table_and_index_they_leave_one_at_a_time(ops):
+    # One write orders its RocksDB operations by key space, not as its records come: what it
+    # leaves must be what the records leave applied one by one.
+    records = _records(ops)
+    with tempfile.TemporaryDirectory() as tmp:
+        one_by_one, at_once = PartitionTimers(Path(tmp) / "one"), PartitionTimers(Path(tmp) / "all")
+        try:
+            for offset, record in enumerate(records):
+                one_by_one.apply([record], offset=offset)
+            at_once.apply(records, offset=len(records) - 1)
+            assert state(at_once) == state(one_by_one)
+            assert [at_once.due_of(i) for i in "xy"] == [one_by_one.due_of(i) for i in "xy"]
+        finally:
+            one_by_one.close()
+            at_once.close()
 
 
 def _due_ids(table, limit_ms, max_count):
