@@ -33,6 +33,7 @@ from ktimers.wire import (
     KIND_CANCEL,
     KIND_FUTURE,
     KIND_HEADER,
+    REQUEST_MESSAGES,
     Cancel,
     Future,
     FutureBatch,
@@ -51,7 +52,7 @@ def parse(record: SourceRecord, context: ParseContext) -> list[Request]:
         assert value is not None  # noqa: S101 - is_framed says so
         return _parse_framed(record, value, context)
     kind = header_value(record.headers, KIND_HEADER)
-    if kind not in (None, KIND_FUTURE, KIND_BATCH, KIND_CANCEL):
+    if kind is not None and kind not in REQUEST_MESSAGES:
         detail = f"{KIND_HEADER}={shown(kind)}: expected 'future', 'cancel' or 'batch'"
         return [Rejection(record, "unknown-kind", detail)]
     return _parse_message(record, kind or KIND_FUTURE, value, context)
