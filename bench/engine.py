@@ -156,13 +156,15 @@ def _future(n: int, due_ms: int) -> Future:
 
 
 def single_records(rig: Rig, count: int, due_ms: Callable[[int], int]) -> list[list[SourceRecord]]:
-    """Ingest steps of one ``Future`` per record, spread over the partitions."""
+    """Ingest steps of one ``Future`` per record, spread over the partitions; a step's records
+    partition by partition, as the consumer hands them over (a fetched batch at a time)."""
     topic = rig.config.common.topics.request
     records = [
         rig.record(topic, n % PARTITIONS, None, _future(n, due_ms(n)).SerializeToString())
         for n in range(count)
     ]
-    return [records[at : at + SINGLE_STEP] for at in range(0, count, SINGLE_STEP)]
+    by_partition = lambda record: record.partition  # noqa: E731
+    return [sorted(records[at : at + SINGLE_STEP], key=by_partition) for at in range(0, count, SINGLE_STEP)]
 
 
 def batched_records(rig: Rig, count: int, due_ms: Callable[[int], int]) -> list[list[SourceRecord]]:

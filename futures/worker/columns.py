@@ -11,11 +11,14 @@ records, a seed-format ``Future`` without ``due_ms``, a timer the checks refuse 
 returns None, and the record takes the general parser, which decides what it
 means and writes the dead letters: this module never rejects. So does a recurring
 timer, whose recurrence the worker checks on that path (:mod:`futures.worker.series`).
+:meth:`Decoder.decode_run` reads a partition's consecutive records so, together, up to
+the first that takes the general parser: one ``Future`` per record costs about what a
+timer of a batch does.
 
 The checks are the general parser's (:meth:`ParseContext.timer_problem`), made once
-per record and callback topic: each check is monotone in the id's length and in the
-due time, so a record's timers all pass exactly when its longest id, earliest and
-latest due times pass with each of its callback topics.
+per record, or run of records, and callback topic: each check is monotone in the id's
+length and in the due time, so timers all pass exactly when their longest id, earliest
+and latest due times pass with each of their callback topics.
 
 Protobuf fields concatenate: a ``StoredTimer``'s bytes are its field 1 (the
 ``Future``, length-delimited) followed by its other fields, which are the same for
@@ -26,19 +29,22 @@ the ``StoredTimer`` the general parser builds (tests/worker/test_columns.py).
 
 from __future__ import annotations
 
-from typing import NamedTuple
+from dataclasses import dataclass
 
 from futures.ingress.base import TABLE_KEY_OVERHEAD, ParseContext
 from futures.ingress.framing import is_framed
 from futures.ingress.records import SourceRecord
-from futures.worker.future_columns import read_futures
+from futures.worker.future_columns import read_futures, read_records
 from ktimers.wire import KIND_BATCH, KIND_FUTURE, KIND_HEADER, StoredTimer, header_value
 
 
-class Timers(NamedTuple):
-    """The valid timers of one request record, column by column (the i-th timer is ``ids[i]``, ...)."""
+@dataclass(slots=True)
+class Timers:
+    """Valid timers column by column (the i-th timer is ``ids[i]``, ...): those of one request
+    record, or of consecutive records of one partition."""
 
-    record: SourceRecord
+    #: The record each timer came in.
+    records: list[SourceRecord]
     ids: list[str]
     #: The ids UTF-8 encoded (what table keys hold).
     id_bytes: list[bytes]
@@ -46,6 +52,15 @@ class Timers(NamedTuple):
     callback_topics: list[str]
     #: ``StoredTimer`` bytes: what the table holds for each timer.
     stored: list[bytes]
+
+    def extend(self, more: Timers) -> None:
+        """Append the timers of ``more`` (of records that come after these)."""
+        self.records += more.records
+        self.ids += more.ids
+        self.id_bytes += more.id_bytes
+        self.due_ms += more.due_ms
+        self.callback_topics += more.callback_topics
+        self.stored += more.stored
 
 
 class Decoder:
@@ -79,21 +94,60 @@ class Decoder:
         kind = header_value(record.headers, KIND_HEADER)
         if kind is not None and kind != KIND_FUTURE and kind != KIND_BATCH:
             return None
-        context = self._context
         tail = self._tail(record)
-        read = read_futures(value, kind == KIND_BATCH, tail, record.offset, context.derived_id, record)
+        read = read_futures(value, kind == KIND_BATCH, tail, record.offset, self._context.derived_id, record)
         if read is None:
             return None
-        ids, id_bytes, dues, topics, stored, longest, largest = read
+        sources, ids, id_bytes, dues, topics, stored, longest, largest = read
+        timers = Timers(sources, ids, id_bytes, dues, topics, stored)
+        return timers if self._valid(record.topic, timers, longest, largest) else None
+
+    def decode_run(self, records: list[SourceRecord], max_timers: int) -> tuple[Timers | None, int]:
+        """The timers of the first records of ``records`` (native, of one topic and partition, in
+        order) as columns, as far as :meth:`decode` would take each of them and until
+        ``max_timers`` are read, and how many records that is (0, and None: the first record
+        takes the general parser).
+
+        One compiled read and one set of checks for them all, where :meth:`decode` makes one each:
+        a producer sending one ``Future`` per record pays them once per record.
+        """
+        first = records[0]
+        read, end = read_records(
+            records, 0, len(records), max_timers, self._tail(first), self._context.derived_id,
+            KIND_HEADER, KIND_FUTURE, KIND_BATCH,
+        )  # fmt: skip
+        if read is None:
+            return None, 0
+        sources, ids, id_bytes, dues, topics, stored, longest, largest = read
+        timers = Timers(sources, ids, id_bytes, dues, topics, stored)
+        if self._valid(first.topic, timers, longest, largest):
+            return timers, end
+        # A timer is refused: each record on its own, up to the first refused.
+        taken: Timers | None = None
+        for count, record in enumerate(records[:end]):
+            one = self.decode(record)
+            if one is None:
+                return taken, count
+            if taken is None:
+                taken = one
+            else:
+                taken.extend(one)
+        return taken, end
+
+    def _valid(self, request_topic: str, timers: Timers, longest: int, largest: int) -> bool:
+        """Whether every one of ``timers`` passes the general parser's checks (the module docstring),
+        given their longest id (bytes) and largest id and stored bytes together."""
         if largest > self._room:
-            return None
-        earliest, latest = min(dues), max(dues)
-        for topic in set(topics):
-            if context.timer_problem(longest, earliest, topic, record.topic) is not None:
-                return None
-            if latest != earliest and context.timer_problem(longest, latest, topic, record.topic) is not None:
-                return None
-        return Timers(record, ids, id_bytes, dues, topics, stored)
+            return False
+        context = self._context
+        earliest, latest = min(timers.due_ms), max(timers.due_ms)
+        problem = context.timer_problem
+        for topic in set(timers.callback_topics):
+            if problem(longest, earliest, topic, request_topic) is not None:
+                return False
+            if latest != earliest and problem(longest, latest, topic, request_topic) is not None:
+                return False
+        return True
 
 
 def decode(record: SourceRecord, context: ParseContext) -> Timers | None:

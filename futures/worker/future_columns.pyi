@@ -3,6 +3,10 @@ from collections.abc import Callable
 
 from futures.ingress.records import SourceRecord
 
+#: The records of the timers (once each), ids, ids UTF-8 encoded, due times, callback topics,
+#: StoredTimer bytes, the longest id's bytes, the largest id and stored bytes together.
+Columns = tuple[list[SourceRecord], list[str], list[bytes], list[int], list[str], list[bytes], int, int]
+
 def read_futures(
     value: bytes,
     batch: bool,
@@ -10,4 +14,15 @@ def read_futures(
     offset: int,
     derive: Callable[[SourceRecord, int | None], str],
     record: SourceRecord,
-) -> tuple[list[str], list[bytes], list[int], list[str], list[bytes], int, int] | None: ...
+) -> Columns | None: ...
+def read_records(
+    records: list[SourceRecord],
+    start: int,
+    stop: int,
+    max_timers: int,
+    tail: tuple[bytes, bytes],
+    derive: Callable[[SourceRecord, int | None], str],
+    kind_header: str,
+    kind_future: bytes,
+    kind_batch: bytes,
+) -> tuple[Columns | None, int]: ...

@@ -154,73 +154,151 @@ cdef bytes _tail(bytes before, int64_t offset, bytes after):
     return tail
 
 
+cdef class _Columns:
+    """The columns :func:`read_futures` and :func:`read_records` fill, timer by timer."""
+
+    cdef list sources, ids, id_bytes, dues, topics, stored
+    cdef dict topic_names  # timers mostly share a callback topic: one string for it
+    cdef Py_ssize_t longest, largest
+
+    def __cinit__(self):
+        self.sources, self.ids, self.id_bytes, self.dues, self.topics, self.stored = [], [], [], [], [], []
+        self.topic_names = {}
+        self.longest = self.largest = 0
+
+    cdef Py_ssize_t count(self):
+        return len(self.ids)
+
+    cdef void truncate(self, Py_ssize_t count):
+        """Forget the timers past the first ``count`` (a record this path does not read whole)."""
+        del self.sources[count:], self.ids[count:], self.id_bytes[count:]
+        del self.dues[count:], self.topics[count:], self.stored[count:]
+
+    cdef int read(self, bytes value, bint batch, bytes fields, derive, record) except -2:
+        """Append the timers of ``value`` (a ``FutureBatch`` if ``batch``, else a ``Future``) of
+        ``record``, each stored with ``fields`` after it; their number, or -1 when a timer is not
+        this path's (the module docstring: what it appended of the record is then to be dropped)."""
+        cdef const unsigned char* buf = <const unsigned char*>PyBytes_AS_STRING(value)
+        cdef Py_ssize_t end = PyBytes_GET_SIZE(value)
+        cdef Py_ssize_t at = 0, start, size, whole, read_count = 0
+        cdef uint64_t field
+        cdef int wire
+        cdef Read read
+        cdef bytes encoded, derived, raw_topic
+        cdef str timer_id
+        cdef const char* after = PyBytes_AS_STRING(fields)
+        cdef Py_ssize_t after_size = PyBytes_GET_SIZE(fields)
+        while at < end:
+            if batch:
+                wire = read_tag(buf, &at, end, &field)
+                if wire < 0:
+                    return -1
+                if field != BATCH_FUTURES:
+                    if skip_field(buf, &at, end, wire) < 0:
+                        return -1
+                    continue
+                if wire != LEN:
+                    return -1
+                size = read_length(buf, &at, end)
+                if size < 0:
+                    return -1
+                start = at
+                at += size
+            else:
+                start, size, at = 0, end, end
+            if _future(buf, start, start + size, &read) < 0 or not read.has_due:
+                return -1
+            if read.id_size:
+                encoded = PyBytes_FromStringAndSize(<const char*>buf + read.id_at, read.id_size)
+                timer_id = encoded.decode("utf-8")
+                derived = None
+            else:
+                timer_id = derive(record, read_count if batch else None)
+                encoded = derived = timer_id.encode("utf-8")
+            timer = _stored(buf + start, size, derived, after, after_size)
+            raw_topic = PyBytes_FromStringAndSize(<const char*>buf + read.topic_at, read.topic_size)
+            topic = self.topic_names.get(raw_topic)
+            if topic is None:
+                topic = self.topic_names[raw_topic] = raw_topic.decode("utf-8")
+            self.sources.append(record)
+            self.ids.append(timer_id)
+            self.id_bytes.append(encoded)
+            self.dues.append(read.due_ms)
+            self.topics.append(topic)
+            self.stored.append(timer)
+            read_count += 1
+            if len(encoded) > self.longest:
+                self.longest = len(encoded)
+            whole = len(encoded) + len(timer)
+            if whole > self.largest:
+                self.largest = whole
+        return read_count
+
+    cdef tuple result(self):
+        return self.sources, self.ids, self.id_bytes, self.dues, self.topics, self.stored, self.longest, self.largest
+
+
 def read_futures(
     bytes value not None, bint batch, tuple tail not None, int64_t offset, derive, record
 ):
     """The timers of ``value`` (a ``FutureBatch`` if ``batch``, else a ``Future``) as columns:
-    (ids, ids UTF-8 encoded, due times, callback topics, ``StoredTimer`` bytes, the longest id's
-    bytes, the largest id and stored bytes together); None when a timer is not this path's
-    (the module docstring) or there is none.
+    (their record, once per timer; ids, ids UTF-8 encoded, due times, callback topics,
+    ``StoredTimer`` bytes, the longest id's bytes, the largest id and stored bytes together);
+    None when a timer is not this path's (the module docstring) or there is none.
 
     ``tail``: the ``StoredTimer`` fields before and after ``source_offset`` (``offset``), which
     follow ``future``; ``derive(record, index)``: the id of a timer of ``record`` without one
     (``index`` None for a single ``Future``).
     """
-    cdef const unsigned char* buf = <const unsigned char*>PyBytes_AS_STRING(value)
-    cdef Py_ssize_t end = PyBytes_GET_SIZE(value)
-    cdef Py_ssize_t at = 0, start, size, longest = 0, largest = 0, whole
-    cdef uint64_t field
-    cdef int wire
-    cdef Read read
-    cdef list ids = [], id_bytes = [], dues = [], topics = [], stored = []
-    cdef bytes encoded, derived
-    cdef str timer_id
-    cdef dict topic_names = {}  # a record's timers mostly share a topic: one string for it
-    cdef bytes fields = _tail(tail[0], offset, tail[1])
-    cdef const char* after = PyBytes_AS_STRING(fields)
-    cdef Py_ssize_t after_size = PyBytes_GET_SIZE(fields)
-    while at < end:
-        if batch:
-            wire = read_tag(buf, &at, end, &field)
-            if wire < 0:
-                return None
-            if field != BATCH_FUTURES:
-                if skip_field(buf, &at, end, wire) < 0:
-                    return None
-                continue
-            if wire != LEN:
-                return None
-            size = read_length(buf, &at, end)
-            if size < 0:
-                return None
-            start = at
-            at += size
-        else:
-            start, size, at = 0, end, end
-        if _future(buf, start, start + size, &read) < 0 or not read.has_due:
-            return None
-        if read.id_size:
-            encoded = PyBytes_FromStringAndSize(<const char*>buf + read.id_at, read.id_size)
-            timer_id = encoded.decode("utf-8")
-            derived = None
-        else:
-            timer_id = derive(record, len(ids) if batch else None)
-            encoded = derived = timer_id.encode("utf-8")
-        timer = _stored(buf + start, size, derived, after, after_size)
-        raw_topic = PyBytes_FromStringAndSize(<const char*>buf + read.topic_at, read.topic_size)
-        topic = topic_names.get(raw_topic)
-        if topic is None:
-            topic = topic_names[raw_topic] = raw_topic.decode("utf-8")
-        ids.append(timer_id)
-        id_bytes.append(encoded)
-        dues.append(read.due_ms)
-        topics.append(topic)
-        stored.append(timer)
-        if len(encoded) > longest:
-            longest = len(encoded)
-        whole = len(encoded) + len(timer)
-        if whole > largest:
-            largest = whole
-    if not ids:
+    cdef _Columns columns = _Columns()
+    if columns.read(value, batch, _tail(tail[0], offset, tail[1]), derive, record) <= 0:
         return None
-    return ids, id_bytes, dues, topics, stored, longest, largest
+    return columns.result()
+
+
+cdef object _kind(object headers, str name):
+    """The last value of header ``name`` in ``headers`` (pairs), or None."""
+    found = None
+    if headers:
+        for key, header_value in headers:
+            if key == name:
+                found = header_value
+    return found
+
+
+def read_records(
+    list records not None, Py_ssize_t start, Py_ssize_t stop, Py_ssize_t max_timers, tuple tail not None,
+    derive, str kind_header, bytes kind_future, bytes kind_batch
+):
+    """The timers of ``records[start:stop]`` (native request records of one partition, in
+    order) as :func:`read_futures`'s columns, and where they end: the index of the first record
+    not read, one that is framed (its first byte the magic byte 0), names another ``kind_header``
+    than ``kind_future`` or ``kind_batch``, holds no timer or one not this path's, or that comes
+    once ``max_timers`` are read. The columns hold the timers of the records before it (None if
+    it is the first)."""
+    cdef _Columns columns = _Columns()
+    cdef Py_ssize_t i, before, read_count
+    cdef bytes value
+    cdef bytes before_fields = tail[0], after_fields = tail[1]
+    for i in range(start, stop):
+        if i > start and columns.count() >= max_timers:
+            break
+        record = records[i]
+        value = record.value
+        if value is None or PyBytes_GET_SIZE(value) == 0 or PyBytes_AS_STRING(value)[0] == 0:
+            break
+        kind = _kind(record.headers, kind_header)
+        if kind is not None and kind != kind_future and kind != kind_batch:
+            break
+        before = columns.count()
+        read_count = columns.read(
+            value, kind == kind_batch, _tail(before_fields, record.offset, after_fields), derive, record
+        )
+        if read_count <= 0:
+            columns.truncate(before)
+            break
+    else:
+        i = stop
+    if columns.count() == 0:
+        return None, i
+    return columns.result(), i

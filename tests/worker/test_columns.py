@@ -17,7 +17,7 @@ from futures.ingress.base import MAX_DUE_MS
 from futures.ingress.limits import ParseLimits
 from futures.ingress.records import SourceRecord
 from futures.ingress.requests import RequestParser, Schedule
-from futures.worker.columns import decode
+from futures.worker.columns import Decoder, decode
 from ktimers.config import TopicsConfig
 from ktimers.wire import (
     KIND_BATCH,
@@ -152,6 +152,51 @@ def test_columns_hold_what_the_parser_schedules(
     assert [StoredTimer.FromString(stored) for stored in timers.stored] == [s.timer for s in schedules]
     # Never smaller than the parser's: the payload limit refuses no less here.
     assert all(len(mine) >= s.timer.ByteSize() for mine, s in zip(timers.stored, schedules, strict=True))
+
+
+@settings(max_examples=400, deadline=None)
+@given(
+    sent=st.lists(sent, min_size=1, max_size=8),
+    first_offset=st.sampled_from([0, 1, 127, 2**40]),
+    max_timers=st.integers(1, 12),
+    config=st.sampled_from(CONFIGS),
+)
+def test_a_run_of_records_decodes_as_each_record_alone_up_to_the_first_it_leaves_to_the_parser(
+    sent: list[tuple[list[bytes | None], bytes | None]],
+    first_offset: int,
+    max_timers: int,
+    config: ParseLimits,
+) -> None:
+    # A producer sending one Future per record: the worker decodes the records of a partition
+    # together, and must take exactly what it takes of each alone.
+    records = [
+        SourceRecord(
+            TOPICS.request, 2, first_offset + i, None, value, tuple((KIND_HEADER, k) for k in kinds), NOW_MS
+        )
+        for i, (kinds, value) in enumerate(sent)
+    ]
+    decoder = Decoder(RequestParser(config, NOW_MS).context)
+    timers, taken = decoder.decode_run(records, max_timers)
+    alone = []
+    for record in records:
+        if alone and sum(len(t.ids) for t in alone) >= max_timers:
+            break  # a run stops once it holds max_timers, after a whole record
+        one = decoder.decode(record)
+        if one is None:
+            break
+        alone.append(one)
+    assert taken == len(alone)
+    if not alone:
+        assert timers is None
+        return
+    assert timers is not None
+    assert timers.records == [r for t in alone for r in t.records]
+    assert [r.offset for r in timers.records] == [r.offset for t in alone for r in t.records]
+    assert timers.ids == [i for t in alone for i in t.ids]
+    assert timers.id_bytes == [i for t in alone for i in t.id_bytes]
+    assert timers.due_ms == [d for t in alone for d in t.due_ms]
+    assert timers.callback_topics == [c for t in alone for c in t.callback_topics]
+    assert timers.stored == [b for t in alone for b in t.stored]
 
 
 def test_a_batch_of_valid_timers_is_decoded_and_anything_doubtful_is_left_to_the_parser() -> None:

@@ -375,6 +375,42 @@ def test_rejected_request_is_dead_lettered_and_the_rest_of_the_batch_scheduled(r
     assert rig.fired() == ["a", "c"]
 
 
+def test_records_of_one_future_each_are_applied_in_order_each_timer_with_its_own_record(rig):
+    # As the original design's producers send them: a step holds many such records of a
+    # partition, read together; a record the general parser judges comes in its place.
+    records = [
+        rig.request("a", T_MS + 1000),
+        rig.request("b", T_MS + 2000),
+        rig.request("c", T_MS + 3000, topic="not a topic!"),  # refused: dead-lettered
+        rig.request("d", T_MS + 4000),
+        rig.cancel("b"),
+        rig.request("e", T_MS + 5000, partition=1),
+        rig.request("b", T_MS + 6000),  # after its cancel: pending again
+        rig.request("a", T_MS + 7000),  # a new version
+        rig.request("f", T_MS + 8000),
+    ]
+    rig.ingest(*records)
+    offset = {r.offset: r for r in records if r.partition == 0}
+    assert rig.pending_ids() == ["d", "b", "a", "f"]
+    assert rig.pending_ids(1) == ["e"]
+    assert [e.id for e in rig.events(Kind.CANCELLED)] == ["b"]
+    [dead] = rig.dlq()
+    assert dead.header("kt-source-offset") == str(records[2].offset).encode()
+    scheduled = [(e.id, offset.get(e.source_offset)) for e in rig.events(Kind.SCHEDULED) if e.partition == 0]
+    assert scheduled == [
+        ("a", records[0]), ("b", records[1]), ("d", records[3]), ("b", records[6]), ("a", records[7]),
+        ("f", records[8]),
+    ]  # fmt: skip
+    assert rig.table(0).request_offset == records[-1].offset
+    assert rig.table(1).request_offset == records[5].offset
+
+    rig.tick(T + 10, partitions=(0, 1))
+    assert rig.fired() == ["d", "e", "b", "a", "f"]
+    fired = {e.id: e.source_offset for e in rig.events(Kind.FIRED)}
+    assert fired == {"d": records[3].offset, "e": records[5].offset, "b": records[6].offset,
+                     "a": records[7].offset, "f": records[8].offset}  # fmt: skip
+
+
 def test_permanently_undeliverable_callback_is_dead_lettered_and_others_fire(rig):
     rig.producer.fail = lambda topic: permanent_error() if topic == "gone" else None
     rig.ingest(
