@@ -72,6 +72,10 @@ class Decoder:
         self._room = context.limits.max_payload_bytes - TABLE_KEY_OVERHEAD
         #: (topic, partition) → the StoredTimer fields before and after ``source_offset``.
         self._tails: dict[tuple[str, int], tuple[bytes, bytes]] = {}
+        #: (topic, partition) → the last offset of a run whose checks failed: the records up to
+        #: it are decoded one at a time, so that no record is read more than three times however
+        #: many refused timers are among them.
+        self._alone: dict[tuple[str, int], int] = {}
 
     def _tail(self, record: SourceRecord) -> tuple[bytes, bytes]:
         """A StoredTimer's fields before and after ``source_offset`` (they follow its ``future``),
@@ -112,6 +116,9 @@ class Decoder:
         a producer sending one ``Future`` per record pays them once per record.
         """
         first = records[0]
+        if first.offset <= self._alone.get((first.topic, first.partition), -1):
+            one = self.decode(first)
+            return (None, 0) if one is None else (one, 1)
         read, end = read_records(
             records, 0, len(records), max_timers, self._tail(first), self._context.derived_id,
             KIND_HEADER, KIND_FUTURE, KIND_BATCH,
@@ -123,6 +130,7 @@ class Decoder:
         if self._valid(first.topic, timers, longest, largest):
             return timers, end
         # A timer is refused: each record on its own, up to the first refused.
+        self._alone[first.topic, first.partition] = records[end - 1].offset
         taken: Timers | None = None
         for count, record in enumerate(records[:end]):
             one = self.decode(record)

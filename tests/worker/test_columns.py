@@ -9,15 +9,17 @@ and never raises.
 from __future__ import annotations
 
 from dataclasses import replace
+from typing import Any
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from pytest import MonkeyPatch
 
 from futures.ingress.base import MAX_DUE_MS
 from futures.ingress.limits import ParseLimits
 from futures.ingress.records import SourceRecord
 from futures.ingress.requests import RequestParser, Schedule
-from futures.worker.columns import Decoder, decode
+from futures.worker.columns import Decoder, Timers, decode
 from ktimers.config import TopicsConfig
 from ktimers.wire import (
     KIND_BATCH,
@@ -177,7 +179,7 @@ def test_a_run_of_records_decodes_as_each_record_alone_up_to_the_first_it_leaves
     ]
     decoder = Decoder(RequestParser(config, NOW_MS).context)
     timers, taken = decoder.decode_run(records, max_timers)
-    alone = []
+    alone: list[Timers] = []
     for record in records:
         if alone and sum(len(t.ids) for t in alone) >= max_timers:
             break  # a run stops once it holds max_timers, after a whole record
@@ -197,6 +199,52 @@ def test_a_run_of_records_decodes_as_each_record_alone_up_to_the_first_it_leaves
     assert timers.due_ms == [d for t in alone for d in t.due_ms]
     assert timers.callback_topics == [c for t in alone for c in t.callback_topics]
     assert timers.stored == [b for t in alone for b in t.stored]
+
+
+def test_refused_timers_among_records_get_no_record_read_more_than_three_times(
+    monkeypatch: MonkeyPatch,
+) -> None:
+    # Hostile or broken producers: every other record names a callback topic the worker refuses.
+    # Each run that meets one is judged record by record; the records after it must not be read
+    # as a run again and again (up to 500 times each), whatever their number.
+    from futures.worker import columns
+
+    reads: dict[int, int] = {}
+    read_records, read_futures = columns.read_records, columns.read_futures
+
+    def counted_records(records: list[SourceRecord], start: int, stop: int, *args: Any) -> Any:
+        read, end = read_records(records, start, stop, *args)
+        for record in records[start : min(end + 1, stop)]:
+            reads[record.offset] = reads.get(record.offset, 0) + 1
+        return read, end
+
+    def counted_futures(value: bytes, batch: bool, tail: tuple[bytes, bytes], offset: int, *args: Any) -> Any:
+        reads[offset] = reads.get(offset, 0) + 1
+        return read_futures(value, batch, tail, offset, *args)
+
+    monkeypatch.setattr(columns, "read_records", counted_records)
+    monkeypatch.setattr(columns, "read_futures", counted_futures)
+    records = [
+        SourceRecord(
+            TOPICS.request, 2, offset, None,
+            Future(id=f"t{offset}", callBackTopic="elsewhere" if offset % 2 else "orders",
+                   due_ms=NOW_MS + offset).SerializeToString(),
+            (), NOW_MS,
+        )
+        for offset in range(400)
+    ]  # fmt: skip
+    decoder = Decoder(RequestParser(WORKER, NOW_MS).context)
+    taken_ids: list[str] = []
+    at = 0
+    while at < len(records):
+        timers, taken = decoder.decode_run(records[at : at + 500], 10_000)
+        if timers is None:
+            at += 1  # the general parser's: it refuses the timer
+        else:
+            taken_ids += timers.ids
+            at += taken
+    assert taken_ids == [f"t{offset}" for offset in range(0, 400, 2)]
+    assert max(reads.values()) <= 3, sorted(reads.items(), key=lambda item: -item[1])[:5]
 
 
 def test_a_batch_of_valid_timers_is_decoded_and_anything_doubtful_is_left_to_the_parser() -> None:
