@@ -10,29 +10,37 @@ import pytest
 from confluent_kafka import Producer
 
 from futures.client import TimerHandle
-from ktimers.wire import Future, TimerEvent, decode_events
+from ktimers.wire import KIND_BATCH, KIND_HEADER, Future, FutureBatch, TimerEvent, decode_events
 from tests.integration.conftest import Stack
 
 pytestmark = pytest.mark.integration
 
 Kind = TimerEvent.Kind
 
-#: Request records written just before the cancels: at ~50 k records/s of ingest, ~14 s of work.
-BACKLOG_RECORDS = 700_000
+#: Requests written just before the cancels, in records of BACKLOG_BATCH timers each (a long
+#: backlog written in a second on any machine): at ~80 k timers/s of ingest, ~20 s of work.
+BACKLOG_TIMERS = 1_600_000
+BACKLOG_BATCH = 20
 #: Timers under test of each kind: kept, cancelled, replaced at the same due time, moved later.
 EACH = 150
 #: How long before their timers' due time the cancels and replacements are all written (s).
 MARGIN_S = 5.0
 
 
-def backlog_requests(callback_topic: str, count: int) -> list[bytes]:
-    """``count`` valid single-timer requests, due in a day (built before the test's clock runs:
-    it takes seconds on a busy machine)."""
+def backlog_requests(callback_topic: str, timers: int, per_record: int) -> list[bytes]:
+    """``FutureBatch`` records of ``per_record`` valid timers each, ``timers`` in all, due in a day
+    (built before the test's clock runs: it takes seconds on a busy machine)."""
     due_ms = (int(time.time()) + 86_400) * 1000
     base = Future(callBackTopic=callback_topic, callBackKey="backlog", callBack=b"b", due_ms=due_ms)
-    head = base.SerializeToString()
-    # A serialized message followed by another one's fields parses as their merge.
-    return [head + Future(id=f"backlog-{i:07d}").SerializeToString() for i in range(count)]
+    records = []
+    for at in range(0, timers, per_record):
+        batch = FutureBatch()
+        for i in range(at, at + per_record):
+            future = batch.futures.add()
+            future.CopyFrom(base)
+            future.id = f"backlog-{i:07d}"
+        records.append(batch.SerializeToString())
+    return records
 
 
 def produce_backlog(stack: Stack, values: list[bytes]) -> float:
@@ -50,7 +58,7 @@ def produce_backlog(stack: Stack, values: list[bytes]) -> float:
     topic = stack.common.topics.request
     started = time.monotonic()
     for i, value in enumerate(values):
-        producer.produce(topic, value, partition=i % partitions)
+        producer.produce(topic, value, partition=i % partitions, headers=[(KIND_HEADER, KIND_BATCH)])
         if i % 10_000 == 0:
             producer.poll(0)
     assert producer.flush(60) == 0
@@ -82,12 +90,12 @@ def wait_histogram(stack: Stack, name: str) -> dict[str, float]:
 
 def test_cancels_and_replacements_hold_while_the_worker_is_far_behind(running: Stack) -> None:
     reader = running.callback_topic("join")
-    backlog = backlog_requests(reader.topic, BACKLOG_RECORDS)
+    backlog = backlog_requests(reader.topic, BACKLOG_TIMERS, BACKLOG_BATCH)
     started = time.time()
     # The timers under test are due in this second (and the next): late enough for the requests,
     # the backlog and the cancels to be written MARGIN_S before it on a slow machine too, early
-    # enough that the worker is still applying the backlog then (~14 s of work at 50 k records/s).
-    due_at = int(started) + 14
+    # enough that the worker is still applying the backlog then (~20 s of work at 80 k timers/s).
+    due_at = int(started) + 11
     kinds = ("kept", "cancelled", "same-due", "moved")
     handles: dict[tuple[str, int], TimerHandle] = {}
     with running.client() as client:
@@ -97,7 +105,7 @@ def test_cancels_and_replacements_hold_while_the_worker_is_far_behind(running: S
                 handles[kind, i] = client.schedule(reader.topic, f"{kind}-{i}", "v1", at=at, id=f"{kind}-{i}")
     running.wait_for_metric("timers_pending", lambda v: v == len(handles), timeout_s=20)
 
-    # The worker falls behind: hundreds of thousands of requests to apply, written first.
+    # The worker falls behind: over a million requests to apply, written first.
     backlog_s = produce_backlog(running, backlog)
     with running.client() as client:
         for i in range(EACH):
@@ -132,7 +140,7 @@ def test_cancels_and_replacements_hold_while_the_worker_is_far_behind(running: S
     waits = wait_histogram(running, "timers_join_wait_seconds")
     late = sorted(c.fired_ms - c.due_ms for c in callbacks)
     print(
-        f"\nbacklog of {BACKLOG_RECORDS:,} records written in {backlog_s:.1f}s; cancels applied from "
+        f"\nbacklog of {BACKLOG_TIMERS:,} timers written in {backlog_s:.1f}s; cancels applied from "
         f"{behind_s:.1f}s after they were written, {len(after_due)} of {EACH} after their timer was due; "
         f"ticks waited {waits['sum']:.1f}s in all ({waits['count']:.0f} ticks, "
         f"{waits['count'] - waits['2.0']:.0f} over 2s, {waits['count'] - waits['5.0']:.0f} over 5s), "
