@@ -7,12 +7,12 @@ from bisect import bisect_left
 from collections.abc import Callable, Iterable, Iterator, Mapping
 
 from prometheus_client import CollectorRegistry, Counter, generate_latest
-from prometheus_client.core import GaugeMetricFamily, HistogramMetricFamily, Metric
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
 from prometheus_client.registry import Collector
 from prometheus_client.utils import floatToGoString
 from rocksdict import DbClosedError
 
-from futures.worker.table import PartitionTimers
+from futures.worker.table import MEMTABLES, PartitionTimers
 
 # Lateness buckets (seconds): sub-second resolution matters to users of precise
 # timers, minutes matter after an outage.
@@ -172,4 +172,9 @@ class _TableCollector(Collector):
             sst.add_metric([str(partition)], sizes.sst)
             memtables.add_metric([str(partition)], sizes.memtables)
             compaction.add_metric([str(partition)], sizes.compaction_pending)
-        yield from (pending, watermark, sst, memtables, compaction)
+        waited = CounterMetricFamily(
+            "timers_table_flush_wait_seconds",
+            "Seconds table writes waited for memtables being flushed, the tables' memtables past their cap",
+            value=MEMTABLES.waited_s,
+        )
+        yield from (pending, watermark, sst, memtables, compaction, waited)

@@ -48,8 +48,10 @@ table that wrote it.
 
 from __future__ import annotations
 
+import logging
 import shutil
 import struct
+import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -66,6 +68,8 @@ from rocksdict import (
 )
 
 from ktimers.wire import due_prefix, split_timer_key, timer_key
+
+log = logging.getLogger(__name__)
 
 TIMER_PREFIX = b"t"
 FIRED_PREFIX = b"f"
@@ -172,7 +176,54 @@ _BLOCK_CACHE = Cache(BLOCK_CACHE_BYTES)
 #: written to flushes. RocksDB's memory then does not grow with the number of partitions a
 #: worker holds (after a failover, all of them).
 MEMTABLES_BYTES = 64 * 1024 * 1024
-_MEMTABLES = WriteBufferManager(MEMTABLES_BYTES, False)
+#: How long a write waits at most for memtables being flushed (s): a disk slower than that is
+#: failing, and the write goes ahead rather than stop the worker.
+FLUSH_WAIT_S = 5.0
+_FLUSH_POLL_S = 0.002
+
+
+class MemtableCap:
+    """One cap on the memtables of every partition table of the process.
+
+    RocksDB's write buffer manager flushes the table written to once the memtables pass the cap,
+    but it flushes in the background: behind a slow disk, the memtables waiting to be written
+    would pile up on top of it. A write therefore waits, while the memtables are past the cap, for
+    those being flushed (:meth:`hold_writes`). The manager's own stall (``allow_stall``) is not
+    used: it waits for memory to fall even when what is over the cap sits in the memtables of
+    tables nobody writes to, and nothing then ever flushes them.
+    """
+
+    def __init__(self, max_bytes: int) -> None:
+        self.max_bytes = max_bytes
+        self.manager = WriteBufferManager(max_bytes, False)
+        self._tables: set[Rdict] = set()
+        #: Seconds writes have waited for flushes, in all.
+        self.waited_s = 0.0
+
+    def add(self, db: Rdict) -> None:
+        self._tables.add(db)
+
+    def discard(self, db: Rdict) -> None:
+        self._tables.discard(db)
+
+    def _flushing(self) -> bool:
+        # A copy: tables are opened on other threads.
+        return any(db.property_int_value("rocksdb.num-immutable-mem-table") for db in tuple(self._tables))
+
+    def hold_writes(self) -> None:
+        """Return once the memtables are within the cap, or none is waiting to be flushed."""
+        if self.manager.get_usage() < self.max_bytes:
+            return
+        started = time.monotonic()
+        while self.manager.get_usage() >= self.max_bytes and self._flushing():
+            if time.monotonic() - started > FLUSH_WAIT_S:
+                log.warning("memtables past their cap for %.0f s: a flush is stuck; writing", FLUSH_WAIT_S)
+                break
+            time.sleep(_FLUSH_POLL_S)
+        self.waited_s += time.monotonic() - started
+
+
+MEMTABLES = MemtableCap(MEMTABLES_BYTES)
 #: Each partition table's memtables: WRITE_BUFFERS of WRITE_BUFFER_BYTES at most (bytes).
 WRITE_BUFFER_BYTES = 8 * 1024 * 1024
 WRITE_BUFFERS = 2
@@ -189,7 +240,7 @@ def _options() -> Options:
     # data lives in SST files on disk.
     opts.set_write_buffer_size(WRITE_BUFFER_BYTES)
     opts.set_max_write_buffer_number(WRITE_BUFFERS)
-    opts.set_write_buffer_manager(_MEMTABLES)
+    opts.set_write_buffer_manager(MEMTABLES.manager)
     # Nearly every id a request brings is new: its index lookup misses, and a miss searched
     # each memtable's skip list from the top. A bloom filter over whole keys answers most of
     # them; it takes 2 % of each memtable, inside the memtables' cap.
@@ -232,6 +283,7 @@ class PartitionTimers:
         self.path = path
         path.parent.mkdir(parents=True, exist_ok=True)
         self._db = Rdict(str(path), options=_options())
+        MEMTABLES.add(self._db)
         progress = self._db.get(PROGRESS_KEY)
         self.watermark, self.request_offset = (
             _PROGRESS.unpack(progress) if progress is not None else (NO_WATERMARK, NO_OFFSET)
@@ -545,6 +597,7 @@ class PartitionTimers:
             batch.put(topic_progress_record(topic, topic_offset)[0], _I64.pack(topic_offset))
         if offset is not None:
             batch.put(OFFSET_KEY, _I64.pack(offset))
+        MEMTABLES.hold_writes()
         self._db.write(batch)
         self.pending, self.watermark, self.request_offset = pending, watermark, request_offset
         self.topic_offsets.update(topic_offsets)
@@ -574,6 +627,7 @@ class PartitionTimers:
         self.persisted_offset = offset
 
     def close(self) -> None:
+        MEMTABLES.discard(self._db)
         self._db.close()
 
     def destroy(self) -> None:

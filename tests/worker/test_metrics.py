@@ -5,10 +5,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
 from prometheus_client import CollectorRegistry, Histogram, generate_latest
 
 from futures.worker.metrics import LATENESS_BUCKETS, ChunkHistogram, WorkerMetrics
-from futures.worker.table import PartitionTimers, table_key
+from futures.worker.table import MEMTABLES, PartitionTimers, table_key
 
 VALUES = [0.0, 0.004, 0.01, 0.0100001, 0.3, 1.0, 1.2, 2.0, 59.9, 3600.0, 7200.0, 0.5, 0.5]
 
@@ -67,3 +68,10 @@ def test_the_tables_gauges_show_what_each_partition_holds_in_memory_and_on_disk(
         assert sample("timers_table_sst_bytes", {"partition": "0"}) == on_disk
     finally:
         tables[0].close()
+
+
+def test_the_time_writes_waited_for_flushes_is_counted(monkeypatch: pytest.MonkeyPatch) -> None:
+    metrics = WorkerMetrics()
+    metrics.watch_tables(dict)
+    monkeypatch.setattr(MEMTABLES, "waited_s", 2.5)
+    assert metrics.registry.get_sample_value("timers_table_flush_wait_seconds_total") == 2.5

@@ -10,9 +10,11 @@ from pathlib import Path
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from rocksdict import Options
 
 from futures.worker.table import (
     FIRED_PREFIX,
+    MEMTABLES,
     MEMTABLES_BYTES,
     WRITE_BUFFER_BYTES,
     PartitionTimers,
@@ -21,6 +23,7 @@ from futures.worker.table import (
     progress_record,
     table_key,
 )
+from futures.worker.table import _options as table_options
 from ktimers.wire import split_timer_key
 
 T = 1_795_000_000  # an epoch second in 2026
@@ -266,20 +269,47 @@ def test_state_survives_close_and_reopen(tmp_path):
         again.close()
 
 
-def test_the_tables_memtables_share_one_budget_however_many_partitions_a_worker_holds(tmp_path: Path) -> None:
-    # After a failover one worker holds every partition: 16 tables, each written 6 MiB (less than
-    # a memtable holds before it flushes), 96 MiB in all.
+def fill_sixteen_tables(tmp_path: Path) -> tuple[list[PartitionTimers], int]:
+    """After a failover one worker holds every partition: 16 tables, each written 6 MiB (less than
+    a memtable holds before it flushes), 96 MiB in all, 2,000 timers a write. The tables and the
+    most their memtables held together after any write."""
     tables = [PartitionTimers(tmp_path / f"p{p}.db") for p in range(16)]
     per_table = 6 * 2**20 // 300  # timers of 200 bytes, ~300 in the memtable with their keys and index
+    most = 0
+    for p, table in enumerate(tables):
+        records = [put(T_MS + n, f"t{p}-{n}", bytes([n % 251]) * 200) for n in range(per_table)]
+        for at in range(0, per_table, 2_000):
+            step = records[at : at + 2_000]
+            table.apply(step, None, pending_delta=len(step))
+            most = max(most, sum(table.sizes().memtables for table in tables))
+    assert sum(table.pending for table in tables) == 16 * per_table
+    return tables, most
+
+
+def test_the_tables_memtables_share_one_budget_however_many_partitions_a_worker_holds(tmp_path: Path) -> None:
+    tables, most = fill_sixteen_tables(tmp_path)
     try:
-        for p, table in enumerate(tables):
-            records = [put(T_MS + n, f"t{p}-{n}", bytes([n % 251]) * 200) for n in range(per_table)]
-            for at in range(0, per_table, 2_000):
-                step = records[at : at + 2_000]
-                table.apply(step, None, pending_delta=len(step))
-        held = sum(table.sizes().memtables for table in tables)
-        assert held <= MEMTABLES_BYTES + WRITE_BUFFER_BYTES, f"{held / 2**20:.0f} MiB in memtables"
-        assert sum(table.pending for table in tables) == 16 * per_table
+        assert most <= MEMTABLES_BYTES + WRITE_BUFFER_BYTES, f"{most / 2**20:.0f} MiB in memtables"
+    finally:
+        for table in tables:
+            table.close()
+
+
+def test_writes_wait_for_flushes_rather_than_pile_memtables_past_the_budget_behind_a_slow_disk(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A disk that writes 4 MiB/s: flushes fall behind the writes.
+    def slow_disk() -> Options:
+        opts = table_options()
+        opts.set_ratelimiter(4 * 2**20, 100_000, 10)
+        return opts
+
+    monkeypatch.setattr("futures.worker.table._options", slow_disk)
+    waited_s = MEMTABLES.waited_s
+    tables, most = fill_sixteen_tables(tmp_path)
+    try:
+        assert most <= MEMTABLES_BYTES + WRITE_BUFFER_BYTES, f"{most / 2**20:.0f} MiB in memtables"
+        assert MEMTABLES.waited_s > waited_s, "no write waited for a flush: the disk was not slow"
     finally:
         for table in tables:
             table.close()
