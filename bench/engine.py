@@ -33,6 +33,7 @@ import time
 from collections.abc import Awaitable, Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
+from operator import attrgetter
 from pathlib import Path
 
 from futures.ingress.records import SourceRecord
@@ -163,7 +164,7 @@ def single_records(rig: Rig, count: int, due_ms: Callable[[int], int]) -> list[l
         rig.record(topic, n % PARTITIONS, None, _future(n, due_ms(n)).SerializeToString())
         for n in range(count)
     ]
-    by_partition = lambda record: record.partition  # noqa: E731
+    by_partition = attrgetter("partition")
     return [sorted(records[at : at + SINGLE_STEP], key=by_partition) for at in range(0, count, SINGLE_STEP)]
 
 
