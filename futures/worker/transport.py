@@ -92,7 +92,7 @@ def _records(batches: Iterable[tuple[TP, list[Any]]]) -> list[SourceRecord]:
             r.offset,
             r.key,
             r.value,
-            tuple(r.headers or ()),
+            tuple(r.headers) if r.headers else (),
             -1 if r.timestamp is None else r.timestamp,
         )
         for _, batch in batches
