@@ -32,10 +32,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from futures.ingress.base import TABLE_KEY_OVERHEAD, ParseContext
-from futures.ingress.framing import is_framed
 from futures.ingress.records import SourceRecord
-from futures.worker.future_columns import read_futures, read_records
-from ktimers.wire import KIND_BATCH, KIND_FUTURE, KIND_HEADER, StoredTimer, header_value
+from futures.worker.future_columns import read_records
+from ktimers.wire import StoredTimer
 
 
 @dataclass(slots=True)
@@ -92,19 +91,8 @@ class Decoder:
     def decode(self, record: SourceRecord) -> Timers | None:
         """The timers of native ``record`` as columns if every one of them is valid; None otherwise
         (the general parser then decides: see the module docstring)."""
-        value = record.value
-        if not value or is_framed(value):
-            return None
-        kind = header_value(record.headers, KIND_HEADER)
-        if kind is not None and kind != KIND_FUTURE and kind != KIND_BATCH:
-            return None
-        tail = self._tail(record)
-        read = read_futures(value, kind == KIND_BATCH, tail, record.offset, self._context.derived_id, record)
-        if read is None:
-            return None
-        sources, ids, id_bytes, dues, topics, stored, longest, largest = read
-        timers = Timers(sources, ids, id_bytes, dues, topics, stored)
-        return timers if self._valid(record.topic, timers, longest, largest) else None
+        timers, _ = self._read([record], 1)
+        return timers
 
     def decode_run(self, records: list[SourceRecord], max_timers: int) -> tuple[Timers | None, int]:
         """The timers of the first records of ``records`` (native, of one topic and partition, in
@@ -119,15 +107,8 @@ class Decoder:
         if first.offset <= self._alone.get((first.topic, first.partition), -1):
             one = self.decode(first)
             return (None, 0) if one is None else (one, 1)
-        read, end = read_records(
-            records, 0, len(records), max_timers, self._tail(first), self._context.derived_id,
-            KIND_HEADER, KIND_FUTURE, KIND_BATCH,
-        )  # fmt: skip
-        if read is None:
-            return None, 0
-        sources, ids, id_bytes, dues, topics, stored, longest, largest = read
-        timers = Timers(sources, ids, id_bytes, dues, topics, stored)
-        if self._valid(first.topic, timers, longest, largest):
+        timers, end = self._read(records, max_timers)
+        if timers is not None or end == 0:
             return timers, end
         # A timer is refused: each record on its own, up to the first refused.
         self._alone[first.topic, first.partition] = records[end - 1].offset
@@ -141,6 +122,17 @@ class Decoder:
             else:
                 taken.extend(one)
         return taken, end
+
+    def _read(self, records: list[SourceRecord], max_timers: int) -> tuple[Timers | None, int]:
+        """The timers of the first records of ``records`` that the compiled reader takes, and how
+        many records those are; None (and that number) when a timer is refused, or (None, 0)."""
+        first = records[0]
+        read, end = read_records(records, max_timers, self._tail(first), self._context.derived_id)
+        if read is None:
+            return None, 0
+        sources, ids, id_bytes, dues, topics, stored, longest, largest = read
+        timers = Timers(sources, ids, id_bytes, dues, topics, stored)
+        return (timers if self._valid(first.topic, timers, longest, largest) else None), end
 
     def _valid(self, request_topic: str, timers: Timers, longest: int, largest: int) -> bool:
         """Whether every one of ``timers`` passes the general parser's checks (the module docstring),

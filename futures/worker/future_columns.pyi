@@ -7,22 +7,9 @@ from futures.ingress.records import SourceRecord
 #: StoredTimer bytes, the longest id's bytes, the largest id and stored bytes together.
 Columns = tuple[list[SourceRecord], list[str], list[bytes], list[int], list[str], list[bytes], int, int]
 
-def read_futures(
-    value: bytes,
-    batch: bool,
-    tail: tuple[bytes, bytes],
-    offset: int,
-    derive: Callable[[SourceRecord, int | None], str],
-    record: SourceRecord,
-) -> Columns | None: ...
 def read_records(
     records: list[SourceRecord],
-    start: int,
-    stop: int,
     max_timers: int,
     tail: tuple[bytes, bytes],
     derive: Callable[[SourceRecord, int | None], str],
-    kind_header: str,
-    kind_future: bytes,
-    kind_batch: bytes,
 ) -> tuple[Columns | None, int]: ...

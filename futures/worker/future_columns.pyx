@@ -20,7 +20,12 @@ from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize, PyBytes
 from libc.stdint cimport int64_t, uint64_t
 from libc.string cimport memcpy
 
+from futures.ingress.framing import MAGIC_BYTE
 from futures.worker.protowire cimport *
+from ktimers.wire import KIND_BATCH, KIND_FUTURE, KIND_HEADER, header_value
+
+# A framed record's first byte (futures.ingress.framing.is_framed, read here as a C char).
+cdef char _MAGIC = MAGIC_BYTE
 
 # The tags of StoredTimer.future, of StoredTimer.source_offset and of Future.id (field << 3 | wire type).
 cdef enum:
@@ -155,7 +160,7 @@ cdef bytes _tail(bytes before, int64_t offset, bytes after):
 
 
 cdef class _Columns:
-    """The columns :func:`read_futures` and :func:`read_records` fill, timer by timer."""
+    """The columns :func:`read_records` fills, timer by timer."""
 
     cdef list sources, ids, id_bytes, dues, topics, stored
     cdef dict topic_names  # timers mostly share a callback topic: one string for it
@@ -238,61 +243,39 @@ cdef class _Columns:
         return self.sources, self.ids, self.id_bytes, self.dues, self.topics, self.stored, self.longest, self.largest
 
 
-def read_futures(
-    bytes value not None, bint batch, tuple tail not None, int64_t offset, derive, record
-):
-    """The timers of ``value`` (a ``FutureBatch`` if ``batch``, else a ``Future``) as columns:
-    (their record, once per timer; ids, ids UTF-8 encoded, due times, callback topics,
-    ``StoredTimer`` bytes, the longest id's bytes, the largest id and stored bytes together);
-    None when a timer is not this path's (the module docstring) or there is none.
+def read_records(list records not None, Py_ssize_t max_timers, tuple tail not None, derive):
+    """The timers of the first ``records`` (native request records of one partition, in order)
+    as columns, and where they end.
 
-    ``tail``: the ``StoredTimer`` fields before and after ``source_offset`` (``offset``), which
-    follow ``future``; ``derive(record, index)``: the id of a timer of ``record`` without one
-    (``index`` None for a single ``Future``).
+    The columns: the record of each timer, the timers' ids, ids UTF-8 encoded, due times,
+    callback topics and ``StoredTimer`` bytes, then the longest id's bytes and the largest id
+    and stored bytes together; None when the first record is not read. Where they end: the
+    index of the first record not read, one that is framed (:func:`is_framed`), whose
+    ``kt-kind`` names neither a ``Future`` nor a ``FutureBatch``, that holds no timer or one
+    not this path's (the module docstring), or that comes once ``max_timers`` are read.
+
+    ``tail``: the ``StoredTimer`` fields before and after ``source_offset`` (the record's
+    offset), which follow ``future``; ``derive(record, index)``: the id of a timer of ``record``
+    without one (``index`` None for a single ``Future``).
     """
-    cdef _Columns columns = _Columns()
-    if columns.read(value, batch, _tail(tail[0], offset, tail[1]), derive, record) <= 0:
-        return None
-    return columns.result()
-
-
-cdef object _kind(object headers, str name):
-    """The last value of header ``name`` in ``headers`` (pairs), or None."""
-    found = None
-    if headers:
-        for key, header_value in headers:
-            if key == name:
-                found = header_value
-    return found
-
-
-def read_records(
-    list records not None, Py_ssize_t start, Py_ssize_t stop, Py_ssize_t max_timers, tuple tail not None,
-    derive, str kind_header, bytes kind_future, bytes kind_batch
-):
-    """The timers of ``records[start:stop]`` (native request records of one partition, in
-    order) as :func:`read_futures`'s columns, and where they end: the index of the first record
-    not read, one that is framed (its first byte the magic byte 0), names another ``kind_header``
-    than ``kind_future`` or ``kind_batch``, holds no timer or one not this path's, or that comes
-    once ``max_timers`` are read. The columns hold the timers of the records before it (None if
-    it is the first)."""
     cdef _Columns columns = _Columns()
     cdef Py_ssize_t i, before, read_count
     cdef bytes value
     cdef bytes before_fields = tail[0], after_fields = tail[1]
-    for i in range(start, stop):
-        if i > start and columns.count() >= max_timers:
+    cdef Py_ssize_t stop = len(records)
+    for i in range(stop):
+        if i > 0 and columns.count() >= max_timers:
             break
         record = records[i]
         value = record.value
-        if value is None or PyBytes_GET_SIZE(value) == 0 or PyBytes_AS_STRING(value)[0] == 0:
+        if value is None or PyBytes_GET_SIZE(value) == 0 or PyBytes_AS_STRING(value)[0] == _MAGIC:
             break
-        kind = _kind(record.headers, kind_header)
-        if kind is not None and kind != kind_future and kind != kind_batch:
+        kind = header_value(record.headers, KIND_HEADER) if record.headers else None
+        if kind is not None and kind != KIND_FUTURE and kind != KIND_BATCH:
             break
         before = columns.count()
         read_count = columns.read(
-            value, kind == kind_batch, _tail(before_fields, record.offset, after_fields), derive, record
+            value, kind == KIND_BATCH, _tail(before_fields, record.offset, after_fields), derive, record
         )
         if read_count <= 0:
             columns.truncate(before)

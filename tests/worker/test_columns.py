@@ -210,20 +210,15 @@ def test_refused_timers_among_records_get_no_record_read_more_than_three_times(
     from futures.worker import columns
 
     reads: dict[int, int] = {}
-    read_records, read_futures = columns.read_records, columns.read_futures
+    read_records = columns.read_records
 
-    def counted_records(records: list[SourceRecord], start: int, stop: int, *args: Any) -> Any:
-        read, end = read_records(records, start, stop, *args)
-        for record in records[start : min(end + 1, stop)]:
+    def counted_records(records: list[SourceRecord], *args: Any) -> Any:
+        read, end = read_records(records, *args)
+        for record in records[: min(end + 1, len(records))]:
             reads[record.offset] = reads.get(record.offset, 0) + 1
         return read, end
 
-    def counted_futures(value: bytes, batch: bool, tail: tuple[bytes, bytes], offset: int, *args: Any) -> Any:
-        reads[offset] = reads.get(offset, 0) + 1
-        return read_futures(value, batch, tail, offset, *args)
-
     monkeypatch.setattr(columns, "read_records", counted_records)
-    monkeypatch.setattr(columns, "read_futures", counted_futures)
     records = [
         SourceRecord(
             TOPICS.request, 2, offset, None,
