@@ -51,7 +51,9 @@ from __future__ import annotations
 import logging
 import shutil
 import struct
+import threading
 import time
+import weakref
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -60,6 +62,7 @@ from rocksdict import (
     BlockBasedIndexType,
     BlockBasedOptions,
     Cache,
+    DbClosedError,
     Options,
     Rdict,
     ReadOptions,
@@ -196,19 +199,20 @@ class MemtableCap:
     def __init__(self, max_bytes: int) -> None:
         self.max_bytes = max_bytes
         self.manager = WriteBufferManager(max_bytes, False)
-        self._tables: set[Rdict] = set()
+        # Weak: a table dropped without close() is still closed when collected.
+        self._tables: weakref.WeakSet[PartitionTimers] = weakref.WeakSet()
+        self._lock = threading.Lock()  # tables are opened on other threads
         #: Seconds writes have waited for flushes, in all.
         self.waited_s = 0.0
 
-    def add(self, db: Rdict) -> None:
-        self._tables.add(db)
-
-    def discard(self, db: Rdict) -> None:
-        self._tables.discard(db)
+    def add(self, table: PartitionTimers) -> None:
+        with self._lock:
+            self._tables.add(table)
 
     def _flushing(self) -> bool:
-        # A copy: tables are opened on other threads.
-        return any(db.property_int_value("rocksdb.num-immutable-mem-table") for db in tuple(self._tables))
+        with self._lock:
+            tables = list(self._tables)
+        return any(table.flushing() for table in tables)
 
     def hold_writes(self) -> None:
         """Return once the memtables are within the cap, or none is waiting to be flushed."""
@@ -283,7 +287,7 @@ class PartitionTimers:
         self.path = path
         path.parent.mkdir(parents=True, exist_ok=True)
         self._db = Rdict(str(path), options=_options())
-        MEMTABLES.add(self._db)
+        MEMTABLES.add(self)
         progress = self._db.get(PROGRESS_KEY)
         self.watermark, self.request_offset = (
             _PROGRESS.unpack(progress) if progress is not None else (NO_WATERMARK, NO_OFFSET)
@@ -626,8 +630,14 @@ class PartitionTimers:
         self._db.put(OFFSET_KEY, _I64.pack(offset))
         self.persisted_offset = offset
 
+    def flushing(self) -> bool:
+        """Whether RocksDB has memtables of this table to flush (False once it is closed)."""
+        try:
+            return bool(self._db.property_int_value("rocksdb.num-immutable-mem-table"))
+        except DbClosedError:
+            return False
+
     def close(self) -> None:
-        MEMTABLES.discard(self._db)
         self._db.close()
 
     def destroy(self) -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import struct
 import tempfile
 from collections.abc import Iterator
@@ -313,3 +314,17 @@ def test_writes_wait_for_flushes_rather_than_pile_memtables_past_the_budget_behi
     finally:
         for table in tables:
             table.close()
+
+
+def test_a_table_dropped_without_closing_is_closed_when_collected(tmp_path: Path) -> None:
+    # The memtable cap keeps track of open tables; it must not keep one alive (and its
+    # RocksDB lock held) once nothing else refers to it.
+    table = PartitionTimers(tmp_path / "p0.db")
+    table.apply([put(T_MS, "t0")], None, pending_delta=1)
+    del table
+    gc.collect()
+    again = PartitionTimers(tmp_path / "p0.db")
+    try:
+        assert again.pending == 1
+    finally:
+        again.close()
