@@ -108,8 +108,10 @@ class Decoder:
             one = self.decode(first)
             return (None, 0) if one is None else (one, 1)
         timers, end = self._read(records, max_timers)
-        if timers is not None or end == 0:
+        if timers is not None:
             return timers, end
+        if end <= 1:
+            return None, 0  # the first record is the general parser's
         # A timer is refused: each record on its own, up to the first refused.
         self._alone[first.topic, first.partition] = records[end - 1].offset
         taken: Timers | None = None
