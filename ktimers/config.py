@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import enum
+import functools
 import os
 import re
 from collections.abc import Mapping
@@ -391,9 +392,10 @@ class TopicsConfig:
             )
         return topics
 
-    @property
+    @functools.cached_property
     def own(self) -> frozenset[str]:
-        """The service's own topics: never a valid callback target."""
+        """The service's own topics: never a valid callback target (checked for every timer a
+        client builds, so computed once)."""
         return frozenset({self.oscillator, self.request, self.events, self.dlq, *self.ingress_formats})
 
     @property

@@ -10,6 +10,7 @@ import subprocess
 import sys
 import threading
 import time
+import uuid
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta, timezone
 from pathlib import Path
@@ -124,10 +125,13 @@ def test_schedule_produces_a_future_keyed_by_its_id(client, producer):
     )
 
 
-def test_each_schedule_gets_a_new_id(client):
+def test_each_schedule_gets_a_new_id_a_uuid4_hex(client):
     first = client.schedule("orders", "k", "v", delay=1)
     second = client.schedule("orders", "k", "v", delay=1)
     assert first.id != second.id
+    for handle in (first, second):
+        parsed = uuid.UUID(hex=handle.id)
+        assert parsed.hex == handle.id and parsed.version == 4 and parsed.variant == uuid.RFC_4122
 
 
 def test_given_id_is_the_record_key_and_no_token_leaves_the_field_empty(client, producer):

@@ -9,9 +9,12 @@ from datetime import UTC, datetime, timedelta
 from types import SimpleNamespace
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from futures.client import AsyncTimerClient, TimerClient, TimerSpec, build_batches
 from futures.client.partitioner import crc32_partition, murmur2, murmur2_partition, partitioner_for
+from futures.client.records import batch_values
 from ktimers.config import CommonConfig, TopicsConfig
 from ktimers.errors import ConfigError, TimersError
 from ktimers.wire import KIND_BATCH, KIND_HEADER, Future, FutureBatch
@@ -104,6 +107,33 @@ def test_batches_are_split_by_count_and_by_bytes():
     )
     assert all(len(r.value) <= 1000 for r in records)
     assert sum(len(FutureBatch.FromString(r.value).futures) for r in records) == 10
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    st.lists(st.integers(0, 20_000), max_size=12),
+    st.integers(1, 5),
+    st.integers(1, 40_000),
+)
+def test_batch_values_are_the_batches_protobuf_writes(payload_sizes, max_count, max_bytes):
+    # Payloads from none to 20,000 bytes: one-, two- and three-byte length prefixes.
+    futures = [
+        Future(callBackTopic="orders", callBackKey=f"k{i}", callBack=b"x" * n, id=f"id-{i}", due_ms=i)
+        for i, n in enumerate(payload_sizes)
+    ]
+    values = list(batch_values([f.SerializeToString() for f in futures], max_count, max_bytes))
+    chunks = [list(FutureBatch.FromString(v).futures) for v in values]
+    assert [f for chunk in chunks for f in chunk] == futures
+    for value, chunk in zip(values, chunks, strict=True):
+        assert value == FutureBatch(futures=chunk).SerializeToString()
+        assert 1 <= len(chunk) <= max_count
+        assert len(value) <= max_bytes or len(chunk) == 1  # a timer larger than the bound goes alone
+    # A chunk ends only where the next timer would not fit.
+    for value, chunk, after in zip(values, chunks, chunks[1:], strict=False):
+        assert (
+            len(chunk) == max_count
+            or len(value) + len(FutureBatch(futures=after[:1]).SerializeToString()) > max_bytes
+        )
 
 
 def test_the_partition_count_is_read_once_and_a_missing_topic_is_a_clear_error():
