@@ -16,11 +16,19 @@ durable writes the same way for all of them:
 Callbacks are delivered before their timers' tombstones are part of a write (the
 firing confirms them first), and Faust commits consumed offsets only after the
 step that applied them returns; so a crash anywhere loses nothing.
+
+An ingest step produces its changelog records while it is still staging them
+(:class:`Ahead`): the broker takes in the first ones while the rest are staged,
+instead of all of them after. They are the same records in the same order, and
+nothing else is: until the progress record follows them, they are what a step cut
+short by a crash leaves, which its requests, read again, put right.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
+from itertools import islice
 
 from futures.worker.context import EngineContext
 from futures.worker.kafka import Deliveries
@@ -63,10 +71,33 @@ class Changes:
         )
 
 
-async def commit(ctx: EngineContext, changes: dict[int, Changes], *, send_now: bool = False) -> None:
+@dataclass
+class Ahead:
+    """The changelog records of a write produced while it is still being staged: how many of
+    each partition's :attr:`Changes.records`, and their delivery reports."""
+
+    deliveries: Deliveries = field(default_factory=Deliveries)
+    counts: dict[int, int] = field(default_factory=dict)
+
+    def produce(self, ctx: EngineContext, changes: Mapping[int, Changes]) -> None:
+        """Produce the records staged in ``changes`` since the last call."""
+        counts = self.counts
+        for partition, part in changes.items():
+            done = counts.get(partition, 0)
+            if len(part.records) > done:
+                records = islice(part.records, done, None)
+                ctx.writer.produce_many(ctx.config.changelog_topic, partition, records, self.deliveries)
+                counts[partition] = len(part.records)
+
+
+async def commit(
+    ctx: EngineContext, changes: dict[int, Changes], *, send_now: bool = False, ahead: Ahead | None = None
+) -> None:
     """Write ``changes`` to the changelog, wait for them, then apply them to the local tables.
 
     ``send_now``: the records do not linger in the producer (:meth:`KafkaWriter.delivered`).
+    ``ahead``: the records of ``changes`` already produced (an ingest step's), which must have
+    no changelog-only records: those go first.
 
     On the embedded broker, the progress record in a batch of its own also keeps Faust's
     table recovery exact: Tansu reports a partition's end as its last batch's first offset + 1.
@@ -78,8 +109,12 @@ async def commit(ctx: EngineContext, changes: dict[int, Changes], *, send_now: b
     fired_bytes = min(FIRED_RECORD_BYTES, ctx.config.max_record_bytes // 2)
     deliveries = Deliveries()
     staged: dict[int, list[Record]] = {}
+    produced = {} if ahead is None else ahead.counts
     for partition, part in changes.items():
+        done = produced.get(partition, 0)
         if part.changelog_only:
+            if done:
+                raise ValueError("a write with changelog-only records cannot be produced ahead")
             writer.produce_many(changelog, partition, part.changelog_only, deliveries)
         # Other ingress topics' progress follows the records it covers.
         staged[partition] = [
@@ -87,10 +122,12 @@ async def commit(ctx: EngineContext, changes: dict[int, Changes], *, send_now: b
             *ctx.tables(partition).fired_records(part.fired, fired_bytes),
             *(topic_progress_record(*p) for p in part.topic_offsets.items()),
         ]
-        writer.produce_many(changelog, partition, staged[partition], deliveries)
+        writer.produce_many(changelog, partition, islice(staged[partition], done, None), deliveries)
     side = dispatch.take_side()  # this write's events and dead letters
-    await writer.delivered(deliveries, side, send_now=send_now)
-    deliveries.raise_first("changelog")
+    groups = (deliveries,) if ahead is None else (deliveries, ahead.deliveries)
+    await writer.delivered(*groups, side, send_now=send_now)
+    for group in groups:
+        group.raise_first("changelog")
     side.raise_first("event or dead-letter")
     # The tails come last in their partitions: their offsets are how far the changelog is written.
     deliveries = Deliveries(offsets=True)

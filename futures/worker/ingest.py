@@ -26,7 +26,7 @@ from itertools import islice
 
 from futures.ingress.records import SourceRecord
 from futures.ingress.requests import CancelRequest, Request, RequestParser, Schedule
-from futures.worker.changelog import Changes, commit
+from futures.worker.changelog import Ahead, Changes, commit
 from futures.worker.columns import Decoder, Timers
 from futures.worker.config import LatePolicy
 from futures.worker.context import EngineContext
@@ -73,6 +73,7 @@ class Ingest:
             topics = self._ctx.config.parse_limits.topics
             native = {t for t in {r.topic for r in records} if topics.format_of(t) is IngressFormat.NATIVE}
             changes: dict[int, Changes] = defaultdict(Changes)
+            ahead = Ahead()  # the broker takes in the step's first records while the rest are staged
             staged = 0
             request_topic = self._ctx.config.common.topics.request
             queue = deque((record, True) for record in records)
@@ -119,10 +120,11 @@ class Ingest:
                 else:
                     _note_offset(part, record, is_request)
                     staged = await self._stage_parsed(parser.parse(record), part, now, table, staged)
+                ahead.produce(self._ctx, changes)
                 if staged >= self._ctx.config.fire_chunk_size:
-                    await self._apply_staged(changes)
-                    changes, staged = defaultdict(Changes), 0
-            await self._apply_staged(changes)
+                    await self._apply_staged(changes, ahead)
+                    changes, ahead, staged = defaultdict(Changes), Ahead(), 0
+            await self._apply_staged(changes, ahead)
 
     async def _stage_parsed(
         self, requests: list[Request], part: Changes, now: int, table: PartitionTimers, staged: int
@@ -159,11 +161,12 @@ class Ingest:
             await asyncio.sleep(0)
         return staged
 
-    async def _apply_staged(self, changes: dict[int, Changes]) -> None:
-        """Write an ingest step to the changelog and the tables, then fire the timers it
-        accepted already due, as a tick fires (they are in the table by then)."""
+    async def _apply_staged(self, changes: dict[int, Changes], ahead: Ahead) -> None:
+        """Write an ingest step to the changelog (``ahead``: what of it is produced already) and
+        the tables, then fire the timers it accepted already due, as a tick fires (they are in
+        the table by then)."""
         # The step waits for its records alone: a linger would be time it holds the requests.
-        await commit(self._ctx, changes, send_now=True)
+        await commit(self._ctx, changes, send_now=True, ahead=ahead)
         late = {p: self._ctx.tables(p).watermark for p, part in changes.items() if part.late}
         if late:
             await self._fire(late)

@@ -182,3 +182,39 @@ def test_a_large_ingest_is_made_durable_in_steps_covering_whole_records(make):
 def request_offset_of(value: bytes | None) -> int:
     """The `timer-request` offset in an ``m:progress`` value (watermark, offset; 8 bytes each)."""
     return int.from_bytes((value or b"")[8:16], "big", signed=True)
+
+
+def test_a_step_cut_short_after_its_first_records_reached_the_changelog_is_put_right_when_read_again(
+    make, monkeypatch
+):
+    # An ingest step produces its changelog records while it is still staging the rest, so a
+    # crash in the middle of a step leaves some in the changelog with no progress record after.
+    rig = make()
+    first = [rig.batch(f"a{i}", f"b{i}", due_ms=T_MS + 5000) for i in range(3)]
+    last = rig.cancel("a0")
+    ingest = rig.engine._ingest
+
+    def crash(*args: object) -> None:
+        raise RuntimeError("the worker died here")
+
+    monkeypatch.setattr(ingest, "_stage_parsed", crash)
+    with pytest.raises(RuntimeError, match="died"):
+        rig.ingest(*first, last)
+    rig.producer.flush()  # what was produced reaches the broker, the worker dead or not
+    written = rig.changelog(0)
+    assert sorted(s.key for s in written) == sorted(
+        table_key(T_MS + 5000, f"{x}{i}") for x in "ab" for i in range(3)
+    )
+    assert rig.table(0).pending == 0  # the local table took nothing of the step
+
+    # The next owner rebuilds the table from the changelog, then reads the step's requests again.
+    monkeypatch.undo()
+    again = make()
+    again.tables[0] = PartitionTimers(again.directory / "rebuilt.db")
+    again.table(0).apply([(s.key or b"", s.value) for s in written], offset=None)
+    again.ingest(*first, last)
+    assert sorted(again.pending_ids()) == ["a1", "a2", "b0", "b1", "b2"]
+    assert again.table(0).pending == 5
+    assert again.table(0).request_offset == last.offset
+    again.tick(T + 5)
+    assert sorted(again.fired()) == ["a1", "a2", "b0", "b1", "b2"]
