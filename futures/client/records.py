@@ -164,7 +164,8 @@ _UUID4_MASK = ~((0xF << 76) | (0b11 << 62))
 
 def random_id() -> str:
     """A new timer id: a random uuid4 as 32 hex digits, as ``uuid.uuid4().hex`` gives it, without
-    the ``UUID`` object (3.3 µs a timer, a quarter of what building a batched timer's request cost)."""
+    building a ``UUID`` object, which would cost 3.3 µs a timer (a batched timer's whole request
+    costs 6.1 µs)."""
     return f"{int.from_bytes(os.urandom(16)) & _UUID4_MASK | _UUID4_BITS:032x}"
 
 
