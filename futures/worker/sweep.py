@@ -13,7 +13,8 @@ time (:meth:`Sweep.step`, run by :meth:`TimerEngine.run` when no tick waits).
 A timer put again under the same key since it fired (the same id due at the same
 time) gets no tombstone: it is pending, and its put comes after the ``f`` record in the
 changelog. The tombstones change nothing in the table (the timers are gone), so they
-are written to the changelog only; the ``f`` record's tombstone removes it from the table.
+are written to the changelog only; the ``f`` record's tombstone removes it from the table,
+and with it the id index entries its timers left (see :mod:`futures.worker.table`).
 """
 
 from __future__ import annotations

@@ -9,7 +9,15 @@ import asyncio
 from hypothesis import given
 from hypothesis import strategies as st
 
-from futures.worker.table import FIRED_PREFIX, TIMER_PREFIX, PartitionTimers, pack_keys, unpack_keys
+from futures.worker.table import (
+    FIRED_PREFIX,
+    INDEX_PREFIX,
+    TIMER_PREFIX,
+    PartitionTimers,
+    pack_keys,
+    unpack_keys,
+)
+from ktimers.wire import TimerEvent
 from tests.worker.fakes import transient_error
 from tests.worker.rig import T_MS, MakeRig, Rig, T
 
@@ -91,6 +99,43 @@ def test_a_table_rebuilt_from_the_changelog_is_the_same_before_and_after_the_swe
     # Compacted after the sweep, only the pending timers are left of the timers' records.
     kept = [key for key, _ in _compacted(swept) if key.startswith((TIMER_PREFIX, FIRED_PREFIX))]
     assert len(kept) == 2
+
+
+def _indexed_ids(table: PartitionTimers) -> set[str]:
+    return {key[len(INDEX_PREFIX) :].decode() for key, _ in table._scan(INDEX_PREFIX)}
+
+
+def test_a_fired_timer_is_not_pending_to_a_cancel_or_a_new_version_before_the_sweep(
+    make_rig: MakeRig,
+) -> None:
+    # A firing deletes its timers and leaves their id index entries to the sweep: until then,
+    # an entry whose timer is gone must count for nothing.
+    rig = make_rig()
+    rig.ingest(rig.request("x", T_MS + 500), rig.request("y", T_MS + 600))
+    rig.tick(T + 1)
+    assert rig.fired() == ["x", "y"]
+    assert rig.table(0).due_of("x") is None and rig.table(0).dues_of_ids([b"x", b"y", b"z"]) == [None] * 3
+    writes = len(rig.changelog())
+    rig.ingest(rig.cancel("x"))
+    assert [e.id for e in rig.events(TimerEvent.Kind.CANCEL_MISSED)] == ["x"]
+    assert rig.events(TimerEvent.Kind.CANCELLED) == []
+    # A new version of y, later: nothing to replace, so no tombstone of the fired one.
+    rig.ingest(rig.request("y", T_MS + 2500, payload=b"again"))
+    added = [s.key for s in rig.changelog()[writes:] if (s.key or b"").startswith(TIMER_PREFIX)]
+    assert [key[9:] for key in added] == [b"y"] and rig.table(0).pending == 1
+    rig.tick(T + 3)
+    assert rig.fired() == ["x", "y", "y"]
+    assert rig.table(0).pending == 0
+
+
+def test_the_sweep_takes_the_index_entries_of_the_timers_it_tombstones(make_rig: MakeRig) -> None:
+    rig = make_rig(fire_chunk_size=1000)
+    _hot_second(rig, n=500)
+    # y fired, then scheduled again under another due time: its entry points at the new one.
+    rig.ingest(rig.request("t00001", T_MS + 9000))
+    asyncio.run(rig.engine.sweep())
+    assert _indexed_ids(rig.table(0)) == {"later", "t00001"}
+    assert rig.table(0).due_of("t00001") == T_MS + 9000
 
 
 def test_a_restarted_worker_sweeps_what_the_one_before_fired(make_rig: MakeRig) -> None:
