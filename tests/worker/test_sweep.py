@@ -5,6 +5,7 @@ the sweep — is the table that wrote it."""
 from __future__ import annotations
 
 import asyncio
+import shutil
 
 from hypothesis import given
 from hypothesis import strategies as st
@@ -136,6 +137,27 @@ def test_the_sweep_takes_the_index_entries_of_the_timers_it_tombstones(make_rig:
     asyncio.run(rig.engine.sweep())
     assert _indexed_ids(rig.table(0)) == {"later", "t00001"}
     assert rig.table(0).due_of("t00001") == T_MS + 9000
+
+
+def test_a_table_that_missed_the_sweeps_own_write_loses_its_stale_entries_on_replay(
+    make_rig: MakeRig,
+) -> None:
+    rig = make_rig(fire_chunk_size=1000)
+    _hot_second(rig, n=500)
+    # The table as it was when the sweep wrote the changelog, and died before its own write.
+    path = rig.table(0).path
+    rig.table(0).close()
+    shutil.copytree(path, rig.directory / "crashed.db")
+    rig.tables[0] = PartitionTimers(path)
+    before = len(rig.changelog())
+    asyncio.run(rig.engine.sweep())
+    crashed = PartitionTimers(rig.directory / "crashed.db")
+    try:
+        assert len(_indexed_ids(crashed)) == 501
+        crashed.apply([(s.key or b"", s.value) for s in rig.changelog()[before:]], offset=None)
+        assert _indexed_ids(crashed) == {"later"} == _indexed_ids(rig.table(0))
+    finally:
+        crashed.close()
 
 
 def test_a_restarted_worker_sweeps_what_the_one_before_fired(make_rig: MakeRig) -> None:
