@@ -6,7 +6,8 @@
    most apps that is a re-delivery on the next owner; for us a committed but
    unapplied timer request is a lost timer. The timer table already records,
    in the changelog, the last request offset it applied (``m:progress``), so
-   after recovery the consumer seeks every ingress partition to just past it.
+   after recovery the consumer seeks every ingress partition to just past it,
+   on the consumer's thread, where aiokafka's fetcher lives.
    Committed offsets remain a hint for monitoring and for partitions that have
    no progress yet.
 2. **A short fetch wait on the embedded broker.** Faust hardcodes
@@ -134,6 +135,7 @@ class TimerConsumer(faust_adapter.ConsumerBase):
     async def seek_to_committed(self) -> Mapping[TP, int]:
         positions = dict(await super().seek_to_committed())
         assignment = self.assignment()
+        seeks: dict[TP, int] = {}
         for table in self.app.tables.values():
             store = table.data
             if not isinstance(store, TimerStore):
@@ -143,8 +145,13 @@ class TimerConsumer(faust_adapter.ConsumerBase):
                 if committed != offset:
                     log.info("%s: resuming at %d, after the last applied request (committed: %s)",
                              tp, offset, committed)  # fmt: skip
-                    await self.seek(tp, offset)
+                    seeks[tp] = offset
                 positions[tp] = offset
+        if seeks:
+            # On the consumer's own thread: Faust's ``seek`` runs aiokafka's on the caller's,
+            # which drops the partition's fetched records while that thread may be handing
+            # them out, and the fetcher then crashes on a KeyError (robinhood/aiokafka#19).
+            await self.seek_wait(seeks)
         return positions
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import threading
 from pathlib import Path
 
 import pytest
@@ -11,6 +12,7 @@ from faust.types import TP
 from futures.worker.app import create_app
 from futures.worker.config import WorkerConfig
 from futures.worker.table import PartitionTimers, progress_record
+from futures.worker.transport import TimerConsumer
 
 
 def test_resume_positions_follow_the_tables_progress(tmp_path: Path) -> None:
@@ -136,3 +138,48 @@ def test_a_stopping_worker_settles_what_it_sent_before_its_tables_close(tmp_path
         assert reopened.persisted_offset == 1
     finally:
         reopened.close()
+
+
+class _ConsumerThread:
+    """Stands in for Faust's consumer thread: it owns aiokafka's fetcher, so every seek must run on it."""
+
+    def __init__(self, assignment: set[TP], committed: dict[TP, int]) -> None:
+        self._assignment, self._committed = assignment, committed
+        self.thread = threading.Thread(target=lambda: None)
+        self.seeks: list[tuple[TP, int, threading.Thread]] = []
+
+    def assignment(self) -> set[TP]:
+        return self._assignment
+
+    async def seek_to_committed(self) -> dict[TP, int]:
+        return dict(self._committed)
+
+    def seek(self, tp: TP, offset: int) -> None:  # aiokafka's seek, run on the caller's thread
+        self.seeks.append((tp, offset, threading.current_thread()))
+
+    async def seek_wait(self, partitions: dict[TP, int]) -> None:  # Faust runs it on its thread
+        for tp, offset in partitions.items():
+            self.seeks.append((tp, offset, self.thread))
+
+
+def test_a_worker_resumes_past_its_committed_offsets_on_the_consumers_own_thread(tmp_path: Path) -> None:
+    # A seek from the event loop's thread drops the partition's fetched records while the
+    # consumer thread may be handing them out: the fetcher crashed with a KeyError on a takeover.
+    config = WorkerConfig.from_env(
+        {"KAFKA_BOOTSTRAP_SERVERS": "127.0.0.1:1", "TIMERS_DATA_DIR": str(tmp_path), "TIMERS_APP_ID": "t"}
+    )
+    timers = create_app(config, partitions=4)
+    request = config.common.topics.request
+    assigned = {TP(config.changelog_topic, 0), TP(config.changelog_topic, 1), TP(request, 0), TP(request, 1)}
+    asyncio.run(timers.store.on_rebalance(assigned, set(), assigned))
+    timers.store.partition(0).apply([progress_record(1_800_000_000, 41)], offset=7)
+    thread = _ConsumerThread(assigned, {TP(request, 0): 30, TP(request, 1): 5})
+    consumer = timers.app.consumer
+    assert isinstance(consumer, TimerConsumer)
+    consumer._thread = thread  # type: ignore[assignment]
+
+    positions = asyncio.run(consumer.seek_to_committed())
+
+    assert positions[TP(request, 0)] == 42 and positions[TP(request, 1)] == 5
+    assert thread.seeks == [(TP(request, 0), 42, thread.thread)]
+    timers.store.reset_state()
