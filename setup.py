@@ -1,8 +1,9 @@
 """The worker's compiled modules, built with the package (the rest is pyproject.toml).
 
-Each reads the protobuf wire format where the worker does it once per timer
-(docs/PERFORMANCE.md): ``futures.worker.prepare`` a stored timer into its callback,
-``futures.worker.future_columns`` a request record's timers into columns. Installing from
+Each does what the worker does once per timer (docs/PERFORMANCE.md):
+``futures.worker.prepare`` reads a stored timer into its callback,
+``futures.worker.future_columns`` a request record's timers into columns, and
+``futures.worker.fired_keys`` packs and unpacks the keys an ``f`` record lists. Installing from
 source therefore needs a C compiler and Python's headers, as faust-streaming and aiokafka do
 where no wheel fits.
 """
@@ -14,7 +15,7 @@ setup(
     ext_modules=cythonize(
         [
             Extension(f"futures.worker.{name}", [f"futures/worker/{name}.pyx"])
-            for name in ("prepare", "future_columns")
+            for name in ("prepare", "future_columns", "fired_keys")
         ],
         compiler_directives={"language_level": "3"},
     ),

@@ -74,6 +74,7 @@ from rocksdict import (
     WriteBufferManager,
 )
 
+from futures.worker.fired_keys import FIRED_RECORD_BYTES, pack_keys, unpack_keys
 from ktimers.wire import due_prefix, split_timer_key, timer_key
 
 log = logging.getLogger(__name__)
@@ -99,42 +100,6 @@ NO_OFFSET = -1
 
 #: A changelog record: (key, value), value None meaning delete.
 Record = tuple[bytes, bytes | None]
-
-#: Bytes of keys an ``f`` record lists at most: a record far below librdkafka's ``message.max.bytes``.
-FIRED_RECORD_BYTES = 256 * 1024
-#: A listed key's length, before it.
-_KEY_LENGTH = struct.Struct(">H")
-
-
-def pack_keys(keys: Sequence[bytes], max_bytes: int = FIRED_RECORD_BYTES) -> list[bytes]:
-    """``keys`` as the values of ``f`` records, each a run of (length, key) of at most ``max_bytes``
-    (or one key)."""
-    values: list[bytes] = []
-    parts: list[bytes] = []
-    size = 0
-    pack = _KEY_LENGTH.pack
-    for key in keys:
-        if size + len(key) + 2 > max_bytes and parts:
-            values.append(b"".join(parts))
-            parts, size = [], 0
-        parts.append(pack(len(key)))
-        parts.append(key)
-        size += len(key) + 2
-    if parts:
-        values.append(b"".join(parts))
-    return values
-
-
-def unpack_keys(value: bytes) -> list[bytes]:
-    """The keys an ``f`` record's value lists."""
-    keys: list[bytes] = []
-    at, end = 0, len(value)
-    while at < end:
-        (length,) = _KEY_LENGTH.unpack_from(value, at)
-        at += 2
-        keys.append(value[at : at + length])
-        at += length
-    return keys
 
 
 def table_key(due_ms: int, timer_id: str) -> bytes:

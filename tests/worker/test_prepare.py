@@ -11,7 +11,7 @@ from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 import futures.worker.prepare as prepare_module
-from futures.worker import future_columns
+from futures.worker import fired_keys, future_columns
 from futures.worker.callbacks import Callback
 from futures.worker.prepare import prepare
 from futures.worker.table import table_key
@@ -121,7 +121,7 @@ def test_a_value_that_is_not_bytes_is_refused() -> None:
         prepare(b"k", 0, bytearray(b"\x0a\x00"))  # type: ignore[arg-type]
 
 
-@pytest.mark.parametrize("module", [prepare_module, future_columns])
+@pytest.mark.parametrize("module", [prepare_module, future_columns, fired_keys])
 def test_the_compiled_modules_are_built_from_their_sources(module: ModuleType) -> None:
     """``make venv`` rebuilds them; run directly after editing a .pyx or the .pxd, pytest would
     test the old build."""

@@ -6,7 +6,9 @@ from __future__ import annotations
 
 import asyncio
 import shutil
+import struct
 
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -187,3 +189,26 @@ def test_packed_keys_come_back_as_they_went_in_each_record_within_its_bytes(
     values = pack_keys(keys, most)
     assert [key for value in values for key in unpack_keys(value)] == keys
     assert all(len(value) <= most or len(unpack_keys(value)) == 1 for value in values)
+
+
+@given(st.lists(st.binary(min_size=1, max_size=300), min_size=1, max_size=50))
+def test_an_f_records_value_lists_each_key_after_its_big_endian_two_byte_length(keys: list[bytes]) -> None:
+    # The changelog holds these values: a worker reads those an older or newer one wrote.
+    laid_out = b"".join(struct.pack(">H", len(key)) + key for key in keys)
+    assert pack_keys(keys, len(laid_out)) == [laid_out]
+    assert unpack_keys(laid_out) == keys
+
+
+@given(st.binary(max_size=400))
+def test_any_bytes_read_as_an_f_records_value_give_its_keys_or_a_clear_error(value: bytes) -> None:
+    try:
+        keys = unpack_keys(value)
+    except ValueError as exc:
+        assert "f record" in str(exc)
+    else:
+        assert pack_keys(keys, len(value) or 1) == ([value] if value else [])
+
+
+def test_a_key_too_long_to_list_is_refused_not_cut() -> None:
+    with pytest.raises(ValueError, match="longer than an f record lists"):
+        pack_keys([b"k" * 70_000])
