@@ -312,28 +312,36 @@ class Dispatcher:
         )
 
     def scheduled(
-        self, timer_id: str, due_ms: int, partition: int, source_offset: int, callback_topic: str, now: int
+        self,
+        partition: int,
+        now: int,
+        timer_ids: Sequence[str],
+        due_ms: Sequence[int],
+        source_offsets: Sequence[int],
+        callback_topics: Sequence[str],
     ) -> None:
-        """The SCHEDULED event of a timer accepted at ``now`` (epoch ms, the batch's clock).
+        """The SCHEDULED events of timers of ``partition`` accepted at ``now`` (epoch ms, the
+        batch's clock), column by column, in the order they were accepted.
 
         Gathered in columns (a ``ScheduledTimers`` block), which runs of timers accepted at one
-        clock share until another event of the partition comes: this runs once per scheduled
-        timer. A callback topic seen for the first time is looked up now, not when its first
-        timer fires (which would then wait for the next tick).
+        clock share until another event of the partition comes: a run of timers costs a few
+        list extends, not a call per timer. A callback topic seen for the first time is looked
+        up now, not when its first timer fires (which would then wait for the next tick).
         """
         expected = self._expected
-        if callback_topic not in expected:
-            if len(expected) >= MAX_TOPICS:
-                expected.popitem(last=False)
-            expected[callback_topic] = None
-            self._callback_topics.problem(callback_topic)
+        for topic in dict.fromkeys(callback_topics):
+            if topic not in expected:
+                if len(expected) >= MAX_TOPICS:
+                    expected.popitem(last=False)
+                expected[topic] = None
+                self._callback_topics.problem(topic)
         run = self._scheduling.get(partition)
         if run is None or run.at_ms != now:
             run = self._open_scheduling(partition, now)
-        run.ids.append(timer_id)
-        run.due_ms.append(due_ms)
-        run.source_offsets.append(source_offset)
-        run.topics.append(callback_topic)
+        run.ids += timer_ids
+        run.due_ms += due_ms
+        run.source_offsets += source_offsets
+        run.topics += callback_topics
 
     def _open_scheduling(self, partition: int, now: int) -> _Scheduling:
         self._close_scheduling(partition)

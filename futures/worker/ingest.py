@@ -23,6 +23,7 @@ import struct
 from collections import defaultdict, deque
 from collections.abc import Awaitable, Callable, Sequence
 from itertools import islice
+from operator import attrgetter
 
 from futures.ingress.records import SourceRecord
 from futures.ingress.requests import CancelRequest, Request, RequestParser, Schedule
@@ -230,14 +231,16 @@ class Ingest:
         """
         sources = timers.records
         partition = sources[0].partition
-        ctx, windows = self._ctx, self._windows
-        scheduled = ctx.dispatch.scheduled
+        windows = self._windows
         overlay, records = part.overlay, part.records
         late_ms = table.watermark * 1000 if table.watermark >= 0 else -1
-        ids, id_bytes, dues, topics = timers.ids, timers.id_bytes, timers.due_ms, timers.callback_topics
+        ids, id_bytes, dues = timers.ids, timers.id_bytes, timers.due_ms
         # Each id's version in the table, looked up together: the table changes only when the
         # step is written; versions staged earlier in the step are in the overlay.
         in_table = table.dues_of_ids(id_bytes) if len(id_bytes) > 1 else [table.due_of_id(id_bytes[0])]
+        # The SCHEDULED events go in runs: the timers since ``run_from``, all accepted
+        # (one refused as too late ends a run, its REJECTED event after it).
+        run_from = 0
         for i, stored in enumerate(timers.stored):
             timer_id, due_ms = ids[i], dues[i]
             encoded = id_bytes[i]
@@ -257,7 +260,10 @@ class Ingest:
             if windows is not None and staged % _YIELD_EVERY == 0:
                 await asyncio.sleep(0)  # let precise windows send (see _pause)
             if due_ms <= late_ms:
-                if self._too_late(sources[i], timer_id, due_ms, now, partition):
+                if self._is_too_late(due_ms, now):
+                    self._scheduled(timers, run_from, i, now, part)
+                    run_from = i + 1
+                    self._refuse_late(sources[i], timer_id, due_ms, now, partition)
                     continue
                 part.late = True
             records.append((new_key, stored))
@@ -266,16 +272,37 @@ class Ingest:
                 part.offers.append((timer_id, due_ms, new_key, stored))
             if old_due is None:
                 part.pending_delta += 1
-            part.scheduled += 1
-            scheduled(timer_id, due_ms, partition, sources[i].offset, topics[i], now)
+        self._scheduled(timers, run_from, len(ids), now, part)
         return staged
 
-    def _too_late(self, record: SourceRecord, timer_id: str, due_ms: int, now: int, partition: int) -> bool:
-        """Whether a timer due already is refused (``TIMERS_LATE_POLICY``); if so, it is reported."""
+    def _scheduled(self, timers: Timers, start: int, end: int, now: int, part: Changes) -> None:
+        """The SCHEDULED events of ``timers[start:end]``, all accepted."""
+        if start >= end:
+            return
+        part.scheduled += end - start
+        sources = timers.records
+        whole = start == 0 and end == len(sources)
+        offsets = list(map(_offset, sources if whole else sources[start:end]))
+        self._ctx.dispatch.scheduled(
+            sources[start].partition,
+            now,
+            timers.ids if whole else timers.ids[start:end],
+            timers.due_ms if whole else timers.due_ms[start:end],
+            offsets,
+            timers.callback_topics if whole else timers.callback_topics[start:end],
+        )
+
+    def _is_too_late(self, due_ms: int, now: int) -> bool:
+        """Whether a timer already due is refused (``TIMERS_LATE_POLICY``)."""
+        config = self._ctx.config
+        return (now - due_ms) / 1000 > config.max_lateness_s and config.late_policy is not LatePolicy.FIRE
+
+    def _refuse_late(
+        self, record: SourceRecord, timer_id: str, due_ms: int, now: int, partition: int
+    ) -> None:
+        """Report a timer refused as too late: dead-lettered or dropped, as the policy says."""
         config = self._ctx.config
         lateness_s = (now - due_ms) / 1000
-        if lateness_s <= config.max_lateness_s or config.late_policy is LatePolicy.FIRE:
-            return False
         detail = f"due {lateness_s:.1f}s ago, more than TIMERS_MAX_LATENESS_S={config.max_lateness_s}"
         if config.late_policy is LatePolicy.DLQ:
             self._ctx.dispatch.reject(record, "too-late", detail, timer_id)
@@ -288,7 +315,10 @@ class Ingest:
                 due_ms=due_ms,
                 reason=f"too-late (dropped): {detail}",
             )
-        return True
+
+
+#: A record's offset, read in C by ``map``.
+_offset = attrgetter("offset")
 
 
 #: At most this many records, and about this many bytes of them, are decoded together

@@ -26,7 +26,7 @@ def test_requests_naming_ever_new_callback_topics_leave_memory_at_the_bound() ->
     )
 
     def accept(n: int, topic: str) -> None:
-        dispatcher.scheduled(f"timer-{n}", 1_000, n % 4, n, topic, 0)
+        dispatcher.scheduled(n % 4, 0, [f"timer-{n}"], [1_000], [n], [topic])
 
     many = 5 * MAX_TOPICS
     for n in range(many):

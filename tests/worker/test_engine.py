@@ -211,13 +211,20 @@ def test_too_late_request_is_not_fired_under_drop_or_dlq(make_rig, policy):
     rig.tick(T)
     rig.now = T_MS + 100
     late = rig.request("too-late", T_MS - 120_000, payload=b"late-body")
-    rig.ingest(rig.request("a-bit-late", T_MS - 30_000), late)
+    rig.ingest(rig.request("a-bit-late", T_MS - 30_000), late, rig.request("on-time", T_MS + 5_000))
 
     assert rig.fired() == ["a-bit-late"]  # within max_lateness_s: fires on arrival
-    assert rig.pending_ids() == []
+    assert rig.pending_ids() == ["on-time"]
     [rejected] = rig.events(Kind.REJECTED)
     assert rejected.id == "too-late"
     assert rejected.reason.startswith("too-late")
+    # The timer log tells them in the order they came.
+    accepted = [(e.id, e.kind) for e in rig.events() if e.kind in (Kind.SCHEDULED, Kind.REJECTED)]
+    assert accepted == [
+        ("a-bit-late", Kind.SCHEDULED),
+        ("too-late", Kind.REJECTED),
+        ("on-time", Kind.SCHEDULED),
+    ]
     if policy is LatePolicy.DLQ:
         [dead] = rig.dlq()
         assert (dead.key, dead.value) == (late.key, late.value)
@@ -227,7 +234,7 @@ def test_too_late_request_is_not_fired_under_drop_or_dlq(make_rig, policy):
         assert rig.dlq() == []
 
     rig.tick(T + 300)
-    assert rig.fired() == ["a-bit-late"]
+    assert rig.fired() == ["a-bit-late", "on-time"]
 
 
 def test_late_request_hitting_a_transient_error_is_kept_for_the_next_tick(rig):
