@@ -174,10 +174,13 @@ cdef class _Columns:
     cdef Py_ssize_t count(self):
         return len(self.ids)
 
-    cdef void truncate(self, Py_ssize_t count):
-        """Forget the timers past the first ``count`` (a record this path does not read whole)."""
+    cdef void truncate(self, Py_ssize_t count, Py_ssize_t longest, Py_ssize_t largest):
+        """Forget the timers past the first ``count`` (a record this path does not read whole),
+        and what they made of the longest id and the largest timer (``longest`` and ``largest``
+        before them): the checks of the records read judge those records only."""
         del self.sources[count:], self.ids[count:], self.id_bytes[count:]
         del self.dues[count:], self.topics[count:], self.stored[count:]
+        self.longest, self.largest = longest, largest
 
     cdef int read(self, bytes value, bint batch, bytes fields, derive, record) except -2:
         """Append the timers of ``value`` (a ``FutureBatch`` if ``batch``, else a ``Future``) of
@@ -259,7 +262,7 @@ def read_records(list records not None, Py_ssize_t max_timers, tuple tail not No
     without one (``index`` None for a single ``Future``).
     """
     cdef _Columns columns = _Columns()
-    cdef Py_ssize_t i, before, read_count
+    cdef Py_ssize_t i, before, read_count, longest, largest
     cdef bytes value
     cdef bytes before_fields = tail[0], after_fields = tail[1]
     cdef Py_ssize_t stop = len(records)
@@ -273,12 +276,12 @@ def read_records(list records not None, Py_ssize_t max_timers, tuple tail not No
         kind = header_value(record.headers, KIND_HEADER) if record.headers else None
         if kind is not None and kind != KIND_FUTURE and kind != KIND_BATCH:
             break
-        before = columns.count()
+        before, longest, largest = columns.count(), columns.longest, columns.largest
         read_count = columns.read(
             value, kind == KIND_BATCH, _tail(before_fields, record.offset, after_fields), derive, record
         )
         if read_count <= 0:
-            columns.truncate(before)
+            columns.truncate(before, longest, largest)
             break
     else:
         i = stop

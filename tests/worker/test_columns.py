@@ -201,6 +201,24 @@ def test_a_run_of_records_decodes_as_each_record_alone_up_to_the_first_it_leaves
     assert timers.stored == [b for t in alone for b in t.stored]
 
 
+def test_a_record_the_run_stops_at_leaves_the_checks_of_the_records_before_it_alone() -> None:
+    # The batch's first timer has an id too long to store; its second has no due time, so the
+    # run stops at the batch: the Future before it is judged on its own timer, and taken.
+    first = Future(callBackTopic="orders", callBack=b"x", id="fine", due_ms=NOW_MS + 1_000)
+    batch = FutureBatch(
+        futures=[Future(callBackTopic="orders", id="é" * 256, due_ms=NOW_MS), Future(callBackTopic="orders")]
+    )
+    records = [
+        SourceRecord(TOPICS.request, 2, 0, None, first.SerializeToString(), (), NOW_MS),
+        SourceRecord(
+            TOPICS.request, 2, 1, None, batch.SerializeToString(), ((KIND_HEADER, KIND_BATCH),), NOW_MS
+        ),
+    ]
+    timers, taken = Decoder(RequestParser(WORKER, NOW_MS).context).decode_run(records, 2)
+    assert taken == 1
+    assert timers is not None and timers.ids == ["fine"]
+
+
 def test_refused_timers_among_records_get_no_record_read_more_than_three_times(
     monkeypatch: MonkeyPatch,
 ) -> None:
