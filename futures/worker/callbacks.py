@@ -2,7 +2,7 @@
 
 :func:`futures.worker.prepare.prepare` builds a :class:`Callback` once, from the timer's
 bytes in the table (compiled: it runs for every fired timer); what is left when the timer
-comes due is the ``produce`` call (:meth:`~futures.worker.dispatch.Dispatcher.send`).
+comes due is the ``produce`` call (:mod:`futures.worker.callback_queue`, compiled too).
 Precise mode's windows prepare their second's timers while the second before is
 sending; in second mode, :mod:`futures.worker.lookahead` prepares the next
 second's while the worker waits for its tick.
@@ -12,8 +12,7 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
-from ktimers.producer import RecordHeaders
-from ktimers.wire import H_OCCURRENCE, StoredTimer, lay_out_callback_headers
+from ktimers.wire import H_OCCURRENCE, StoredTimer
 
 
 class Callback(NamedTuple):
@@ -45,10 +44,6 @@ class Callback(NamedTuple):
     token: bytes
     #: Ordinal of a recurring timer's occurrence (``kt-occurrence``); 0 for a timer that is no series.
     occurrence: int = 0
-
-    def headers(self, fired: bytes) -> RecordHeaders:
-        """Its headers, ``fired`` (epoch ms in decimal) as ``kt-fired-ms``."""
-        return lay_out_callback_headers(self.own_headers, self.id_header, self.due_header, self.token, fired)
 
 
 def stored_timer(callback: Callback, stored: bytes | None) -> StoredTimer:

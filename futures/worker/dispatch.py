@@ -26,13 +26,14 @@ from collections import OrderedDict
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 
-from confluent_kafka import KafkaError, KafkaException
+from confluent_kafka import KafkaError
 
 from futures.ingress.records import SourceRecord
 from futures.ingress.requests import seed_id
+from futures.worker.callback_queue import CallbackQueue
 from futures.worker.callbacks import Callback, stored_timer
 from futures.worker.destinations import MAX_TOPICS, TopicDirectory
-from futures.worker.kafka import ANY_PARTITION, Deliveries, KafkaWriter, is_permanent
+from futures.worker.kafka import Deliveries, KafkaWriter, is_permanent
 from futures.worker.metrics import WorkerMetrics
 from futures.worker.status import Firing, WorkerStatus
 from ktimers.config import TopicsConfig
@@ -60,8 +61,6 @@ from ktimers.wire import (
 log = logging.getLogger(__name__)
 
 Kind = TimerEvent.Kind
-#: Not looked up yet (a callback topic's problem is None when there is none).
-_UNSEEN = KafkaError(KafkaError._UNKNOWN_TOPIC)
 
 #: Largest `timer-events` batch record (bytes of its value), at most half the producer's
 #: ``message.max.bytes``; a step with more events writes several records.
@@ -120,6 +119,9 @@ class Dispatcher:
         self._clock = clock
         # Which callback topics exist, so a missing one never stalls a flush (futures/worker/destinations.py).
         self._callback_topics = callback_topics
+        #: Queues callback records (compiled): :meth:`send` a piece of them, precise mode one at its
+        #: millisecond (``put``, its failure under the index given, as a delivery report's).
+        self.callbacks = CallbackQueue(writer.queue, writer.produce, callback_topics.problem)
         # Callback topics of accepted timers, looked up ahead; the oldest beyond MAX_TOPICS are
         # forgotten (a forgotten topic is handed to the directory again with its next timer).
         self._expected: OrderedDict[str, None] = OrderedDict()
@@ -167,39 +169,6 @@ class Dispatcher:
 
     # -- callbacks -----------------------------------------------------------------
 
-    def produce_callback(
-        self,
-        callback: Callback,
-        fired: bytes,
-        deliveries: Deliveries,
-        index: int,
-        problems: dict[str, KafkaError | None],
-    ) -> None:
-        """Produce one callback; its report lands in ``deliveries`` (its failure under ``index``
-        if it is refused before it is queued, else traced by :meth:`settle`).
-
-        ``fired``: the dispatch time, epoch ms as the decimal bytes of ``kt-fired-ms``.
-        ``problems``: what the topic directory answered for each callback topic this
-        round, filled as topics come up (one lookup per topic and round, not per timer).
-        Runs once per fired timer: one call into librdkafka in the common case.
-        """
-        topic = callback.topic
-        problem = problems.get(topic, _UNSEEN)
-        if problem is not None:
-            if problem is _UNSEEN:
-                problem = problems[topic] = self._callback_topics.problem(topic)
-            if problem is not None:
-                deliveries.errors[index] = problem  # settled like a delivery report
-                return
-        key, value, headers = callback.record_key, callback.value, callback.headers(fired)
-        try:
-            # One bound method for every callback, not a closure per callback binding its index:
-            # 7 % of the engine's instructions per fired timer.
-            self._writer.queue(topic, value, key, ANY_PARTITION, deliveries.on_delivery, None, 0, headers)
-            deliveries.pending += 1
-        except (BufferError, KafkaException):
-            self._writer.produce(topic, key, value, headers=headers, deliveries=deliveries, index=index)
-
     def send(self, callbacks: Iterable[Callback], fired_ms: int) -> Sending:
         """Produce ``callbacks`` (in firing order); :meth:`confirm` settles them once their
         delivery reports are in.
@@ -208,13 +177,7 @@ class Dispatcher:
         before the last is built.
         """
         sending = Sending([], Deliveries(), fired_ms)
-        fired = str(fired_ms).encode()
-        deliveries = sending.deliveries
-        problems: dict[str, KafkaError | None] = {}
-        produce, take = self.produce_callback, sending.callbacks.append
-        for i, callback in enumerate(callbacks):
-            take(callback)
-            produce(callback, fired, deliveries, i, problems)
+        self.callbacks.put_all(callbacks, str(fired_ms).encode(), sending.deliveries, sending.callbacks)
         return sending
 
     async def confirm(self, sending: Sending) -> FireOutcome:

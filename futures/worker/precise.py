@@ -4,7 +4,7 @@ On tick s of a partition the engine opens windows s + 1 and s + 2
 (:meth:`PreciseMode.open`, bookkeeping in :mod:`futures.worker.windows`): each reads
 its second's timers a second ahead, builds their callbacks, and sends each when this
 worker's clock reaches its due millisecond — through the fire path's pieces:
-``Dispatcher.produce_callback`` to send, delivery reports to confirm
+``Dispatcher.callbacks`` to send, delivery reports to confirm
 (``Dispatcher.settle``), and :func:`~futures.worker.changelog.commit` to settle
 (the ``f`` record listing them, then the table), a few hundred timers at a time.
 
@@ -190,7 +190,7 @@ class PreciseMode:
                 if callback is None:
                     continue  # cancelled or replaced meanwhile
                 fired_ms = ctx.clock()
-                ctx.dispatch.produce_callback(callback, str(fired_ms).encode(), deliveries, len(sent), topics)
+                ctx.dispatch.callbacks.put(callback, str(fired_ms).encode(), deliveries, len(sent), topics)
                 window.sent.add(callback.key)
                 sent.append((callback, fired_ms))
                 sent_bytes += callback_bytes(callback)

@@ -11,8 +11,10 @@ from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 import futures.worker.prepare as prepare_module
-from futures.worker import fired_keys, future_columns
+from futures.worker import callback_queue, fired_keys, future_columns
+from futures.worker.callback_queue import CallbackQueue
 from futures.worker.callbacks import Callback
+from futures.worker.kafka import Deliveries
 from futures.worker.prepare import prepare
 from futures.worker.table import table_key
 from ktimers.wire import Future, Header, Recurrence, StoredTimer, callback_headers, ordinal_of
@@ -72,7 +74,21 @@ def test_a_callback_holds_what_protobuf_reads_in_the_stored_timer(timer: StoredT
     callback = prepare(key, partition, stored)
 
     assert callback == _expected(key, partition, timer)
-    assert callback.headers(_FIRED) == callback_headers(timer, _FIRED)
+    # Queued as the callback record a timer's callback is: the user's headers, then ours.
+    queued: list[tuple[object, ...]] = []
+    deliveries = Deliveries()
+    CallbackQueue(lambda *record: queued.append(record), _unused, lambda topic: None).put(
+        callback, _FIRED, deliveries, 0, {}
+    )
+    future = timer.future
+    [(topic, value, record_key, *_, headers)] = queued
+    assert (topic, value, record_key) == (future.callBackTopic, future.callBack, future.callBackKey.encode())
+    assert headers == callback_headers(timer, _FIRED)
+    assert deliveries.pending == 1
+
+
+def _unused(*args: object, **kwargs: object) -> None:
+    raise AssertionError("the record was queued at once: no fallback")
 
 
 @given(first=_timers, second=_timers)
@@ -121,7 +137,7 @@ def test_a_value_that_is_not_bytes_is_refused() -> None:
         prepare(b"k", 0, bytearray(b"\x0a\x00"))  # type: ignore[arg-type]
 
 
-@pytest.mark.parametrize("module", [prepare_module, future_columns, fired_keys])
+@pytest.mark.parametrize("module", [prepare_module, future_columns, fired_keys, callback_queue])
 def test_the_compiled_modules_are_built_from_their_sources(module: ModuleType) -> None:
     """``make venv`` rebuilds them; run directly after editing a .pyx or the .pxd, pytest would
     test the old build."""
