@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import threading
-from bisect import bisect_left
+from bisect import bisect_right
 from collections.abc import Callable, Iterable, Iterator, Mapping
 
 from prometheus_client import CollectorRegistry, Counter, generate_latest
@@ -117,12 +117,17 @@ class ChunkHistogram(Collector):
         self.observe_many((value,))
 
     def observe_many(self, values: Iterable[float]) -> None:
-        counts = [0] * len(self._counts)
-        bounds = self._bounds
-        total = 0.0
-        for value in values:
-            counts[bisect_left(bounds, value)] += 1  # le: value <= bound
-            total += value
+        # Sorted once, each bucket's count is then a bisection: no Python step per value
+        # (a hot second observes 100,000).
+        observed = list(values)
+        ordered = sorted(observed)
+        counts, below = [], 0
+        for bound in self._bounds:
+            upto = bisect_right(ordered, bound)  # le: value <= bound
+            counts.append(upto - below)
+            below = upto
+        counts.append(len(ordered) - below)
+        total = sum(observed, 0.0)  # in the order observed, as a Histogram adds them
         with self._lock:
             self._counts = [a + b for a, b in zip(self._counts, counts, strict=True)]
             self._sum += total

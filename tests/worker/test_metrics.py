@@ -6,6 +6,8 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 from prometheus_client import CollectorRegistry, Histogram, generate_latest
 
 from futures.worker.metrics import LATENESS_BUCKETS, ChunkHistogram, WorkerMetrics
@@ -30,6 +32,33 @@ def test_a_chunk_histogram_exposes_what_a_prometheus_histogram_exposes() -> None
         return [line for line in generate_latest(registry).decode().splitlines() if "_created" not in line]
 
     assert lines(ours) == lines(theirs)
+
+
+@given(
+    chunks=st.lists(
+        st.lists(st.floats(min_value=0, max_value=1e5, allow_nan=False) | st.sampled_from(LATENESS_BUCKETS))
+    )
+)
+def test_chunks_of_any_values_fall_in_the_buckets_a_prometheus_histogram_puts_them_in(
+    chunks: list[list[float]],
+) -> None:
+    ours, theirs = CollectorRegistry(), CollectorRegistry()
+    chunked = ChunkHistogram("lateness_seconds", "doc", LATENESS_BUCKETS, registry=ours)
+    plain = Histogram("lateness_seconds", "doc", buckets=LATENESS_BUCKETS, registry=theirs)
+    for chunk in chunks:
+        chunked.observe_many(chunk)
+        for value in chunk:
+            plain.observe(value)
+    for le in [*map(str, LATENESS_BUCKETS), "+Inf"]:
+        labels = {"le": le}
+        assert ours.get_sample_value("lateness_seconds_bucket", labels) == theirs.get_sample_value(
+            "lateness_seconds_bucket", labels
+        )
+    assert ours.get_sample_value("lateness_seconds_count") == sum(map(len, chunks))
+    # The sum adds chunk by chunk: the same up to rounding.
+    assert ours.get_sample_value("lateness_seconds_sum") == pytest.approx(
+        theirs.get_sample_value("lateness_seconds_sum")
+    )
 
 
 def test_the_worker_counts_lateness_in_its_histogram() -> None:
