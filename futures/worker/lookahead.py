@@ -32,8 +32,9 @@ class Lookahead:
     def __init__(self, ctx: EngineContext) -> None:
         self._ctx = ctx
         self.max_bytes = ctx.budget.ahead
-        #: partition → table key → the callback, and the stored timer it was built from.
-        self._ready: dict[int, dict[bytes, tuple[Callback, bytes]]] = {}
+        #: partition → table key → the callback, the stored timer it was built from, and the
+        #: bytes both hold (counted once, when built).
+        self._ready: dict[int, dict[bytes, tuple[Callback, bytes, int]]] = {}
         self._count = 0
         self.bytes = 0
         self._ahead: dict[int, int] = {}  # partition → the second its clock is at, to build past
@@ -64,7 +65,7 @@ class Lookahead:
         self._ahead.pop(partition, None)
         ready = self._ready.pop(partition, {})
         self._count -= len(ready)
-        self.bytes -= sum(_held(c, stored) for c, stored in ready.values())
+        self.bytes -= sum(held for _, _, held in ready.values())
 
     def take(self, items: Iterable[tuple[bytes, int, bytes]]) -> Iterator[Callback]:
         """The callbacks of the timers ``items`` ((table key, partition, stored bytes)) as a tick's
@@ -76,9 +77,9 @@ class Lookahead:
             if built is None:
                 yield prepare(key, partition, stored)
                 continue
-            callback, built_from = built
+            callback, built_from, held = built
             self._count -= 1
-            self.bytes -= _held(callback, built_from)
+            self.bytes -= held
             yield callback if built_from == stored else prepare(key, partition, stored)
 
     def _fill(self, partition: int, items: Iterable[tuple[bytes, bytes]]) -> None:
@@ -89,9 +90,10 @@ class Lookahead:
             if old is None:
                 self._count += 1
             else:
-                self.bytes -= _held(*old)
-            ready[key] = (callback, stored)
-            self.bytes += _held(callback, stored)
+                self.bytes -= old[2]
+            held = callback_bytes(callback) + len(stored)
+            ready[key] = (callback, stored, held)
+            self.bytes += held
 
     async def _build(self) -> None:
         """Build the timers due in the second after each clock of ``self._ahead``, a few hundred
@@ -122,8 +124,3 @@ class Lookahead:
             # the same problem, if it is one, where it is handled.
             log.warning("building the next second's callbacks failed", exc_info=True)
             self._ahead.clear()
-
-
-def _held(callback: Callback, stored: bytes) -> int:
-    """What a callback built ahead holds in memory, with the stored timer it is checked against."""
-    return callback_bytes(callback) + len(stored)

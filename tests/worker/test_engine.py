@@ -991,6 +991,7 @@ def test_no_more_bytes_are_built_ahead_than_the_budget_allows_and_the_rest_fire_
     assert sorted(fired) == sorted(due)
     assert [due[tid] for tid in fired] == sorted(due.values())
     assert len(rig.engine._lookahead) == 0
+    assert lookahead.bytes == 0  # what it held is given back as its callbacks go out
 
 
 def test_what_was_prepared_for_a_partition_that_went_elsewhere_is_dropped(rig):
@@ -1001,6 +1002,7 @@ def test_what_was_prepared_for_a_partition_that_went_elsewhere_is_dropped(rig):
     _tick_and_prepare(rig, T + 1, partitions=(0,))
     assert rig.fired() == ["mine"]
     assert len(rig.engine._lookahead) == 0
+    assert rig.engine._lookahead.bytes == 0
 
 
 def test_a_hot_second_over_several_partitions_goes_out_in_whole_pieces(make_rig):
