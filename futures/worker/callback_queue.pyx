@@ -16,6 +16,8 @@ cdef object _lay_out = lay_out_callback_headers
 cdef object _UNSEEN = object()
 #: librdkafka's unassigned partition: the producer's partitioner chooses.
 cdef int _ANY_PARTITION = -1
+#: The fields of a ``Callback`` read here (up to its token).
+cdef Py_ssize_t _FIELDS = 12
 
 
 cdef class CallbackQueue:
@@ -39,7 +41,9 @@ cdef class CallbackQueue:
         ``kt-fired-ms``); False if its topic has a problem, which lands in ``deliveries.errors``
         under ``index`` as a delivery report would. ``problems``: the topics looked up this
         round, filled as topics come up."""
-        cdef tuple c = <tuple>callback
+        if not isinstance(callback, tuple) or len(callback) < _FIELDS:
+            raise TypeError(f"a Callback is needed, not {type(callback).__name__}")
+        cdef tuple c = <tuple>callback  # its fields by place, as Callback declares them
         topic = c[2]
         problem = problems.get(topic, _UNSEEN)
         if problem is not None:

@@ -3,6 +3,9 @@ failed delivery report is traced to the callbacks it may be of."""
 
 from __future__ import annotations
 
+import pytest
+
+from futures.worker.callback_queue import CallbackQueue
 from futures.worker.callbacks import Callback
 from futures.worker.destinations import MAX_TOPICS
 from futures.worker.dispatch import Dispatcher, traced_errors
@@ -69,3 +72,14 @@ def test_a_failure_is_traced_by_the_record_its_report_names_and_one_naming_none_
     unnamed = Deliveries()
     unnamed.failed.append((transient_error(), None))
     assert sorted(traced_errors(callbacks, unnamed)) == [0, 1, 2, 3]
+
+
+@pytest.mark.parametrize("wrong", ["not a callback", ("too", "short"), None])
+def test_the_compiled_callback_queue_refuses_what_is_no_callback_instead_of_reading_past_it(
+    wrong: object,
+) -> None:
+    queued: list[object] = []
+    callbacks = CallbackQueue(lambda *record: queued.append(record), queued.append, lambda topic: None)
+    with pytest.raises(TypeError, match="a Callback is needed"):
+        callbacks.put(wrong, b"1", Deliveries(), 0, {})  # type: ignore[arg-type]
+    assert queued == []
