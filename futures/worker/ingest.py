@@ -280,16 +280,14 @@ class Ingest:
         if start >= end:
             return
         part.scheduled += end - start
-        sources = timers.records
-        whole = start == 0 and end == len(sources)
-        offsets = list(map(_offset, sources if whole else sources[start:end]))
+        sources = timers.records[start:end]
         self._ctx.dispatch.scheduled(
-            sources[start].partition,
+            sources[0].partition,
             now,
-            timers.ids if whole else timers.ids[start:end],
-            timers.due_ms if whole else timers.due_ms[start:end],
-            offsets,
-            timers.callback_topics if whole else timers.callback_topics[start:end],
+            timers.ids[start:end],
+            timers.due_ms[start:end],
+            list(map(_offset, sources)),
+            timers.callback_topics[start:end],
         )
 
     def _is_too_late(self, due_ms: int, now: int) -> bool:
