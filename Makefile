@@ -71,7 +71,7 @@ bench-full: $(STAMP) redis ## the large sizes: a 1 M-timer hot second, 10 M pend
 bench-capacity: $(STAMP) ## one worker from few to 10 M pending timers: RSS and hot-second rate, docs/BENCHMARKS.md (~15 min)
 	$(BIN)/python -m bench.capacity $(ARGS)
 
-bench-engine: $(STAMP) valgrind ## the engine alone, no broker: CPU instructions per timer accepted and fired (~4 min)
+bench-engine: $(STAMP) valgrind ## the engine alone, no broker: CPU instructions per timer accepted, fired and swept (~5 min)
 	$(BIN)/python -m bench.engine --instructions $(ARGS)
 
 failover: $(STAMP) ## SIGKILL a worker: seconds until its partitions fire again (docs/FAILOVER.md, ~3 min)

@@ -8,7 +8,10 @@ directory, a producer that reports every record delivered at once — in three p
 * ``single``: ingest of one ``Future`` per record, steps of 2,000 records;
 * ``batched``: ingest of ``FutureBatch`` records of 1,000 timers, steps of 20 records;
 * ``fire``: a hot second: timers due in one second, loaded first (not counted), then fired
-  by one tick of each partition.
+  by one tick of each partition;
+* ``sweep``: the same hot second loaded and fired (not counted), then swept: each fired
+  timer's own tombstone, and its id index entry (:mod:`futures.worker.sweep`), the work a
+  sustained rate adds to every fired timer when no tick waits.
 
 It reports the main thread's CPU per timer; with ``--instructions``, the CPU instructions per
 timer instead, counted by valgrind's callgrind (Debian's ``valgrind``): the same code on the
@@ -49,7 +52,7 @@ from ktimers.wire import KIND_BATCH, KIND_HEADER, Future, FutureBatch, Tick, enc
 
 #: Where ``python -m bench.engine`` runs from (its callgrind runs too).
 REPO = Path(__file__).resolve().parents[1]
-PHASES = ("single", "batched", "fire")
+PHASES = ("single", "batched", "fire", "sweep")
 #: The epoch second the engine's clock starts at; timers are due an hour later.
 START_S = 1_795_000_000
 PARTITIONS = 4
@@ -186,11 +189,12 @@ def batched_records(rig: Rig, count: int, due_ms: Callable[[int], int]) -> list[
 class PhaseRun:
     cpu_s: float  # the main thread's CPU seconds in the measured part
     pending: int  # timers pending in the tables afterwards
+    unswept: int = 0  # tables left with ``f`` records to sweep afterwards
 
 
 async def _phase(rig: Rig, phase: str, count: int, prepare_only: bool) -> PhaseRun:
     engine = rig.engine
-    if phase == "fire":
+    if phase in ("fire", "sweep"):
         due_s = START_S + 5
         # Loaded in batches (not counted): a hot second's timers, due across its second.
         for step in batched_records(rig, count, lambda n: due_s * 1000 + n % 1000):
@@ -202,6 +206,11 @@ async def _phase(rig: Rig, phase: str, count: int, prepare_only: bool) -> PhaseR
         steps = [[rig.record(topic, p, encode_second_key(tick_s), tick) for p in range(PARTITIONS)]]
         rig.now_ms = tick_s * 1000 + 10
         apply: Callable[[Sequence[SourceRecord]], Awaitable[None]] = engine.advance
+        if phase == "sweep":
+            for step in steps:
+                await engine.advance(step)
+            steps = [[]]
+            apply = _swept(engine)
     else:
         make = single_records if phase == "single" else batched_records
         steps = make(rig, count, lambda n: (START_S + 3600) * 1000 + n)
@@ -215,7 +224,19 @@ async def _phase(rig: Rig, phase: str, count: int, prepare_only: bool) -> PhaseR
         for step in steps:
             await apply(step)
     spent = time.thread_time() - started
-    return PhaseRun(spent, sum(table.pending for table in rig.tables.values()))
+    tables = rig.tables.values()
+    return PhaseRun(
+        spent,
+        sum(table.pending for table in tables),
+        sum(len(table.unswept(1).records) for table in tables),
+    )
+
+
+def _swept(engine: TimerEngine) -> Callable[[Sequence[SourceRecord]], Awaitable[None]]:
+    async def sweep(_: Sequence[SourceRecord]) -> None:
+        await engine.sweep()
+
+    return sweep
 
 
 def run_phase(phase: str, count: int, *, prepare_only: bool = False) -> PhaseRun:
@@ -231,11 +252,13 @@ def run_phase(phase: str, count: int, *, prepare_only: bool = False) -> PhaseRun
 
 def checked(phase: str, count: int, run: PhaseRun) -> PhaseRun:
     """``run``, if it did what it measures: every timer accepted, or every one fired."""
-    expected = 0 if phase == "fire" else count
+    expected = 0 if phase in ("fire", "sweep") else count
     if run.pending != expected:
         raise SystemExit(
             f"bench.engine {phase}: {run.pending:,} timers pending afterwards, expected {expected:,}"
         )
+    if phase == "sweep" and run.unswept:
+        raise SystemExit(f"bench.engine sweep: {run.unswept} tables left unswept afterwards")
     return run
 
 

@@ -45,6 +45,9 @@ class Changes:
     fired: list[bytes] = field(default_factory=list)
     #: Records for the changelog only, already true of the table: the sweep's tombstones.
     changelog_only: list[Record] = field(default_factory=list)
+    #: Id index entries the write deletes from the table, which are no changelog records: the
+    #: sweep's (:attr:`~futures.worker.table.Unswept.stale_index`).
+    stale_index: list[bytes] = field(default_factory=list)
     pending_delta: int = 0
     watermark: int | None = None  # new watermark (epoch s), when the clock moved
     request_offset: int | None = None  # last `timer-request` offset applied, when requests were
@@ -142,6 +145,10 @@ async def commit(
     await writer.delivered(deliveries, send_now=send_now)
     deliveries.raise_first("changelog")
     for partition, records in staged.items():
+        part = changes[partition]
         ctx.tables(partition).apply(
-            records, deliveries.offsets.get(partition), pending_delta=changes[partition].pending_delta
+            records,
+            deliveries.offsets.get(partition),
+            pending_delta=part.pending_delta,
+            stale_index=part.stale_index,
         )

@@ -53,16 +53,15 @@ class Sweep:
                 if not ctx.owns(partition):
                     self._partitions.discard(partition)  # its new owner sweeps it
                     continue
-                table = ctx.tables(partition)
-                found = table.unswept(left)
-                if not found:
+                unswept = ctx.tables(partition).unswept(left)
+                if not unswept.records:
                     self._partitions.discard(partition)
                     continue
-                part = changes[partition] = Changes()
-                for fired_key, keys in found:
-                    part.changelog_only.extend((key, None) for key in table.absent(keys))
+                part = changes[partition] = Changes(stale_index=unswept.stale_index)
+                for fired_key, gone in unswept.records:
+                    part.changelog_only.extend((key, None) for key in gone)
                     part.records.append((fired_key, None))
-                    left -= len(keys)
+                left -= unswept.listed
             if changes:
                 await commit(ctx, changes)
             return left <= 0

@@ -134,6 +134,21 @@ class TableSizes:
 
 
 @dataclass(frozen=True)
+class Unswept:
+    """What one write of the sweep takes: the oldest ``f`` records, and what they leave behind."""
+
+    #: Each ``f`` record's key, with the timers it lists that the table no longer holds: each
+    #: gets its own tombstone, before the record's. A timer put again under its key since it
+    #: fired is pending, and keeps its put.
+    records: list[tuple[bytes, list[bytes]]]
+    #: The id index entries those timers left (a live firing does not delete them, see
+    #: :meth:`PartitionTimers.apply`): not an entry a newer version of the id put.
+    stale_index: list[bytes]
+    #: How many timer keys the records list, those still held too.
+    listed: int
+
+
+@dataclass(frozen=True)
 class DueTimer:
     key: bytes
     due_ms: int
@@ -387,11 +402,6 @@ class PartitionTimers:
         value = self._db.get(key)
         return None if value is None else bytes(value)
 
-    def absent(self, keys: list[bytes]) -> list[bytes]:
-        """Those of ``keys`` the table does not hold, in order: one MultiGet (see :meth:`dues_of_ids`)."""
-        found: list[bytes | None] = self._db.get(keys)  # type: ignore[arg-type, assignment]
-        return [key for key, value in zip(keys, found, strict=True) if value is None]
-
     def due_items(
         self,
         limit_ms: int,
@@ -465,17 +475,34 @@ class PartitionTimers:
             found += 1
             it.next()
 
-    def unswept(self, max_keys: int) -> list[tuple[bytes, list[bytes]]]:
-        """The oldest ``f`` records, (key, the timer keys it lists), until they list ``max_keys``
-        keys (at least one record, if any)."""
-        found: list[tuple[bytes, list[bytes]]] = []
-        for key, value in self._scan(FIRED_PREFIX):
-            keys = unpack_keys(value)
-            found.append((key, keys))
-            max_keys -= len(keys)
+    def unswept(self, max_keys: int) -> Unswept:
+        """The oldest ``f`` records, until they list ``max_keys`` keys (at least one record, if
+        any), with what the sweep's write takes along: see :class:`Unswept`. The listed timers
+        and their index entries are read with one MultiGet."""
+        listed: list[tuple[bytes, list[bytes]]] = []
+        for fired_key, value in self._scan(FIRED_PREFIX):
+            listing = unpack_keys(value)
+            listed.append((fired_key, listing))
+            max_keys -= len(listing)
             if max_keys <= 0:
                 break
-        return found
+        keys = [key for _, listing in listed for key in listing]
+        index_keys = [INDEX_PREFIX + key[_TIMER_ID_AT:] for key in keys]
+        found: list[bytes | None] = self._db.get(keys + index_keys)  # type: ignore[arg-type, assignment]
+        timers, points = found[: len(keys)], found[len(keys) :]
+        records: list[tuple[bytes, list[bytes]]] = []
+        at = 0
+        for fired_key, listing in listed:
+            end = at + len(listing)
+            gone = [key for key, timer in zip(listing, timers[at:end], strict=True) if timer is None]
+            records.append((fired_key, gone))
+            at = end
+        stale = [
+            index_key
+            for key, index_key, timer, points_at in zip(keys, index_keys, timers, points, strict=True)
+            if timer is None and points_at == key[1:_TIMER_ID_AT]
+        ]
+        return Unswept(records, stale, len(keys))
 
     # -- writes --------------------------------------------------------------
 
@@ -488,12 +515,19 @@ class PartitionTimers:
             self._fired_seq += 1
         return records
 
-    def apply(self, records: Sequence[Record], offset: int | None, pending_delta: int | None = None) -> None:
+    def apply(
+        self,
+        records: Sequence[Record],
+        offset: int | None,
+        pending_delta: int | None = None,
+        stale_index: Sequence[bytes] = (),
+    ) -> None:
         """Apply changelog records in order, atomically, and remember ``offset``.
 
         ``pending_delta`` is the change in pending count when the caller knows it
         (the live path does); otherwise, as in changelog replay, each record is
-        checked against the table.
+        checked against the table. ``stale_index``: id index entries the write deletes
+        too, which are no changelog records (the sweep's: :attr:`Unswept.stale_index`).
         """
         batch = WriteBatch(raw_mode=True)
         delta = 0
@@ -515,9 +549,7 @@ class PartitionTimers:
         # ``indexed`` holds at the end (the same final state as in record order): RocksDB
         # inserts a run of ascending keys into its memtable for a few comparisons each, and
         # timer keys alternating with index keys broke every run.
-        unindexed: list[bytes] = []
-        # ``f`` records the sweep takes in this (live) write: their timers' index entries go too.
-        swept: list[bytes] = []
+        unindexed = list(stale_index)
 
         def delete_timer(key: bytes) -> None:
             nonlocal delta
@@ -561,8 +593,6 @@ class PartitionTimers:
             elif key.startswith(FIRED_PREFIX):
                 if value is None:
                     batch.delete(key)  # swept: every timer it listed has its own tombstone
-                    if not replay:
-                        swept.append(key)
                     continue
                 batch.put(key, value)  # for the sweep
                 if replay:
@@ -585,8 +615,6 @@ class PartitionTimers:
                 record_offset = _I64.unpack(value)[0]
                 known = topic_offsets.get(topic, self.topic_offset(topic))
                 topic_offsets[topic] = max(known, record_offset)
-        if swept:
-            unindexed.extend(self._stale_index(swept, indexed))
         for index_key in unindexed:
             batch.delete(index_key)
         for index_key, points_at in indexed.items():
@@ -612,21 +640,6 @@ class PartitionTimers:
             self._low_known = False
         elif self._low_known:
             self._low_ms = low
-
-    def _stale_index(self, fired_records: list[bytes], indexed: dict[bytes, bytes]) -> list[bytes]:
-        """The index entries that still point at a timer the ``f`` records ``fired_records`` list
-        and the table no longer holds (a live firing leaves them, see :meth:`apply`); not those
-        ``indexed`` (put by the write under way)."""
-        values: list[bytes | None] = self._db.get(fired_records)  # type: ignore[arg-type, assignment]
-        keys = [key for value in values if value is not None for key in unpack_keys(value)]
-        index_keys = [INDEX_PREFIX + key[_TIMER_ID_AT:] for key in keys]
-        points: list[bytes | None] = self._db.get(index_keys)  # type: ignore[arg-type, assignment]
-        timers: list[bytes | None] = self._db.get(keys)  # type: ignore[arg-type, assignment]
-        return [
-            index_key
-            for key, index_key, at, timer in zip(keys, index_keys, points, timers, strict=True)
-            if at is not None and timer is None and at == key[1:_TIMER_ID_AT] and index_key not in indexed
-        ]
 
     def sizes(self) -> TableSizes:
         """The table's size on disk and in memory, and the compaction it owes (safe from any thread)."""

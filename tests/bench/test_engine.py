@@ -12,7 +12,9 @@ from bench.engine import PHASES, PhaseRun, checked, instructions_per_timer, run_
 @pytest.mark.parametrize("phase", PHASES)
 def test_each_phase_accepts_or_fires_every_timer_it_measures(phase):
     run = run_phase(phase, 2_500)
-    assert run.pending == (0 if phase == "fire" else 2_500)
+    assert run.pending == (0 if phase in ("fire", "sweep") else 2_500)
+    if phase == "sweep":
+        assert run.unswept == 0
     assert run.cpu_s > 0
     assert checked(phase, 2_500, run) is run
 
@@ -24,11 +26,18 @@ def test_the_fire_phase_without_its_tick_leaves_the_hot_second_pending():
     assert run.cpu_s == pytest.approx(0, abs=0.01)
 
 
+def test_the_sweep_phase_without_its_sweep_leaves_the_fired_timers_to_sweep():
+    run = run_phase("sweep", 2_500, prepare_only=True)
+    assert run.pending == 0 and run.unswept > 0
+
+
 def test_a_phase_that_left_timers_behind_is_not_reported():
     with pytest.raises(SystemExit, match="3 timers pending afterwards, expected 0"):
         checked("fire", 10, PhaseRun(0.1, 3))
     with pytest.raises(SystemExit, match="7 timers pending afterwards, expected 10"):
         checked("batched", 10, PhaseRun(0.1, 7))
+    with pytest.raises(SystemExit, match="2 tables left unswept afterwards"):
+        checked("sweep", 10, PhaseRun(0.1, 0, unswept=2))
 
 
 @pytest.mark.skipif(shutil.which("valgrind") is None, reason="valgrind missing: make valgrind installs it")
