@@ -60,6 +60,7 @@ import time
 import weakref
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
+from itertools import islice
 from pathlib import Path
 
 from rocksdict import (
@@ -478,7 +479,7 @@ class PartitionTimers:
     def unswept(self, max_keys: int) -> Unswept:
         """The oldest ``f`` records, until they list ``max_keys`` keys (at least one record, if
         any), with what the sweep's write takes along: see :class:`Unswept`. The listed timers
-        and their index entries are read with one MultiGet."""
+        are read by a scan of their range (:meth:`_held`), their index entries with one MultiGet."""
         listed: list[tuple[bytes, list[bytes]]] = []
         for fired_key, value in self._scan(FIRED_PREFIX):
             listing = unpack_keys(value)
@@ -486,23 +487,41 @@ class PartitionTimers:
             max_keys -= len(listing)
             if max_keys <= 0:
                 break
-        keys = [key for _, listing in listed for key in listing]
-        index_keys = [INDEX_PREFIX + key[_TIMER_ID_AT:] for key in keys]
-        found: list[bytes | None] = self._db.get(keys + index_keys)  # type: ignore[arg-type, assignment]
-        timers, points = found[: len(keys)], found[len(keys) :]
         records: list[tuple[bytes, list[bytes]]] = []
-        at = 0
         for fired_key, listing in listed:
-            end = at + len(listing)
-            gone = [key for key, timer in zip(listing, timers[at:end], strict=True) if timer is None]
-            records.append((fired_key, gone))
-            at = end
+            held = self._held(listing)
+            records.append((fired_key, [key for key in listing if key not in held] if held else listing))
+        gone = [key for _, keys in records for key in keys]
+        index_keys = [INDEX_PREFIX + key[_TIMER_ID_AT:] for key in gone]
+        points: list[bytes | None] = self._db.get(index_keys)  # type: ignore[arg-type, assignment]
         stale = [
             index_key
-            for key, index_key, timer, points_at in zip(keys, index_keys, timers, points, strict=True)
-            if timer is None and points_at == key[1:_TIMER_ID_AT]
+            for key, index_key, points_at in zip(gone, index_keys, points, strict=True)
+            if points_at == key[1:_TIMER_ID_AT]
         ]
-        return Unswept(records, stale, len(keys))
+        return Unswept(records, stale, sum(len(listing) for _, listing in listed))
+
+    def _held(self, keys: list[bytes]) -> set[bytes]:
+        """Those of the timer ``keys`` the table holds.
+
+        Read by one scan from the lowest key to the highest, not one lookup each: the keys a
+        firing lists lie together in due order, and RocksDB steps over the deleted ones
+        without a call into Python, for a fraction of a lookup each. The range may hold other
+        timers: ones a firing left between those it fired (kept for a retry, accepted late, a
+        precise window's not yet sent). Should it hold more of them than ``keys`` (timers
+        kept for hours for a callback topic that fails), each key is looked up instead, so
+        that reading costs at most about as much as there are keys.
+        """
+        if not keys:
+            return set()
+        bounded = ReadOptions()
+        bounded.set_iterate_upper_bound(max(keys) + b"\x00")
+        in_range: Iterator[bytes] = self._db.keys(from_key=min(keys), read_opt=bounded)  # type: ignore[assignment]
+        live = list(islice(in_range, len(keys) + 1))
+        if len(live) > len(keys):
+            found: list[bytes | None] = self._db.get(keys)  # type: ignore[arg-type, assignment]
+            return {key for key, value in zip(keys, found, strict=True) if value is not None}
+        return set(live).intersection(keys) if live else set()
 
     # -- writes --------------------------------------------------------------
 

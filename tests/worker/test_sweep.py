@@ -7,9 +7,11 @@ from __future__ import annotations
 import asyncio
 import shutil
 import struct
+import tempfile
+from pathlib import Path
 
 import pytest
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from futures.worker.table import (
@@ -18,6 +20,7 @@ from futures.worker.table import (
     TIMER_PREFIX,
     PartitionTimers,
     pack_keys,
+    table_key,
     unpack_keys,
 )
 from ktimers.wire import TimerEvent
@@ -212,3 +215,51 @@ def test_any_bytes_read_as_an_f_records_value_give_its_keys_or_a_clear_error(val
 def test_a_key_too_long_to_list_is_refused_not_cut() -> None:
     with pytest.raises(ValueError, match="longer than an f record lists"):
         pack_keys([b"k" * 70_000])
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    st.lists(
+        st.tuples(
+            st.integers(0, 40), st.sampled_from(["pending", "fired", "fired, put again", "fired, moved"])
+        ),
+        min_size=1,
+        max_size=60,
+    ),
+    st.sampled_from([64, 1 << 20]),
+)
+def test_the_sweep_takes_exactly_the_listed_timers_the_table_no_longer_holds(
+    timers: list[tuple[int, str]], record_bytes: int
+) -> None:
+    # Timers left pending among those fired (more or fewer than the fired: both ways of reading
+    # them), fired ones put again under the same key, or moved to another due time.
+    with tempfile.TemporaryDirectory() as directory:
+        table = PartitionTimers(Path(directory) / "t.db")
+        try:
+            keys = [table_key(T_MS + due * 10, f"t{n}") for n, (due, _) in enumerate(timers)]
+            table.apply([(key, b"v") for key in keys], offset=0, pending_delta=len(keys))
+            fired = [key for key, (_, fate) in zip(keys, timers, strict=True) if fate != "pending"]
+            table.apply(table.fired_records(fired, record_bytes), offset=1, pending_delta=-len(fired))
+            again = [
+                (key, b"again")
+                for key, (_, fate) in zip(keys, timers, strict=True)
+                if fate == "fired, put again"
+            ]
+            moved = [
+                (table_key(T_MS + 10**6, f"t{n}"), b"moved")
+                for n, (_, fate) in enumerate(timers)
+                if fate == "fired, moved"
+            ]
+            table.apply(again + moved, offset=2, pending_delta=len(again) + len(moved))
+
+            unswept = table.unswept(10**9)
+            gone = [
+                key for key, (_, fate) in zip(keys, timers, strict=True) if fate in ("fired", "fired, moved")
+            ]
+            assert [key for _, listed in unswept.records for key in listed] == gone
+            assert unswept.listed == len(fired)
+            assert sorted(unswept.stale_index) == sorted(
+                INDEX_PREFIX + key[9:] for key, (_, fate) in zip(keys, timers, strict=True) if fate == "fired"
+            )
+        finally:
+            table.close()
