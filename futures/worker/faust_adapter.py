@@ -21,7 +21,7 @@ import abc
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, ClassVar, SupportsIndex
+from typing import Any, ClassVar, NamedTuple, SupportsIndex
 
 from aiokafka import AIOKafkaConsumer
 from aiokafka.consumer import fetcher
@@ -102,6 +102,7 @@ RELIES_ON: tuple[Reliance, ...] = (
     Reliance(f"{_STATE}.Assignment", "tps", "property", "fetch_position"),
     Reliance(f"{_STATE}.Assignment", "state_value", "(self, tp)", "fetch_position"),
     Reliance(f"{_STATE}.TopicPartitionState", "highwater", "attribute", "fetch_position"),
+    Reliance(f"{_STATE}.TopicPartitionState", "timestamp", "attribute", "fetch_position"),
     Reliance(f"{_STATE}.TopicPartitionState", "position", "property", "fetch_position"),
     Reliance(f"{_STATE}.TopicPartitionState", "has_valid_position", "property", "fetch_position"),
     Reliance(_COORDINATOR, "group_id", "attribute", "group_coordinator"),
@@ -195,25 +196,38 @@ def note_stream_activity(monitor: Any, tp: TP) -> None:
     monitor.stream_inbound_time[tp] = time.monotonic()
 
 
-def fetch_position(consumer: faust_aiokafka.Consumer, tp: TP) -> tuple[int | None, int | None]:
-    """aiokafka's (high watermark, position) of ``tp``, None where not known (yet).
+class FetchPosition(NamedTuple):
+    """Where a partition's fetching stands, as aiokafka knows it; None where not known (yet)."""
 
-    The position is the next offset aiokafka hands over; both come from fetch
-    responses, which the join's frontier needs because ListOffsets under-reports
-    the end of a partition on the embedded broker. Relies on Faust's consumer
-    thread holding the aiokafka consumer (``_thread._consumer``, None until it
-    starts) and on aiokafka's per-partition fetch state
-    (``_subscription.subscription.assignment.state_value(tp)``), whose
-    ``highwater`` the fetcher sets from every fetch response.
+    #: The next offset the broker writes, as the last fetch response of the partition said.
+    highwater: int | None
+    #: The next offset aiokafka hands over.
+    position: int | None
+    #: When that fetch response was received (epoch ms).
+    fetched_ms: int | None
+
+
+def fetch_position(consumer: faust_aiokafka.Consumer, tp: TP) -> FetchPosition:
+    """aiokafka's :class:`FetchPosition` of ``tp``.
+
+    Both offsets come from fetch responses, which the join's frontier needs because
+    ListOffsets under-reports the end of a partition on the embedded broker. Relies on
+    Faust's consumer thread holding the aiokafka consumer (``_thread._consumer``, None
+    until it starts) and on aiokafka's per-partition fetch state
+    (``_subscription.subscription.assignment.state_value(tp)``), whose ``highwater``
+    and then ``timestamp`` the fetcher sets from every fetch response, on its thread:
+    the time is read first, so that a high watermark is never older than it.
     """
+    unknown = FetchPosition(None, None, None)
     running = consumer._thread._consumer
     if running is None:
-        return None, None
+        return unknown
     assignment = running._subscription.subscription
     if assignment is None or tp not in assignment.assignment.tps:
-        return None, None
+        return unknown
     state = assignment.assignment.state_value(tp)
-    return state.highwater, state.position if state.has_valid_position else None
+    fetched_ms = state.timestamp
+    return FetchPosition(state.highwater, state.position if state.has_valid_position else None, fetched_ms)
 
 
 class ConsumerBase(faust_aiokafka.Consumer):

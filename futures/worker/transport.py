@@ -161,6 +161,15 @@ class TimerConsumer(faust_adapter.ConsumerBase):
     def partitions_to_fetch(self, active: set[TP]) -> set[TP]:
         route = _routes.get(self.app)
         backlog = self._backlog
+        if route is not None:
+            # Called before each hand-over: what was handed over before is in hand or applied.
+            backlog.taken_to(
+                {
+                    tp: faust_adapter.fetch_position(self, tp).position
+                    for tp in active
+                    if tp.topic in route.request_topics
+                }
+            )
         if route is not None and (
             backlog.records >= route.batch_size * BACKLOG_STEPS
             or backlog.bytes >= CHUNK_BYTES * BACKLOG_STEPS
@@ -173,16 +182,17 @@ class TimerConsumer(faust_adapter.ConsumerBase):
         return active
 
     def frontier_ms(self, partition: int) -> int | None:
-        """Epoch ms before which every request of ``partition`` is applied; None: all of them are
-        (see :mod:`futures.worker.join`). From what this consumer fetched and the high
-        watermarks of the fetch responses (ListOffsets under-reports on the embedded broker)."""
+        """Epoch ms before which every request of ``partition`` is applied (see
+        :mod:`futures.worker.join`; None: no request topic). From what this consumer fetched
+        and the high watermarks of the fetch responses, and when they came (ListOffsets
+        under-reports on the embedded broker)."""
         route = _routes.get(self.app)
         if route is None:
             return None
         frontier: int | None = None
         for topic in route.request_topics:
             tp = TP(topic, partition)
-            limit = self._backlog.frontier_ms(tp, *faust_adapter.fetch_position(self, tp))
+            limit = self._backlog.frontier_ms(tp, faust_adapter.fetch_position(self, tp))
             if limit is not None and (frontier is None or limit < frontier):
                 frontier = limit
         return frontier
@@ -282,6 +292,9 @@ class RequestBacklog:
         #: Per partition, the timestamp of the last record applied (since the last
         #: rebalance): how far its requests are known applied.
         self._applied_ms: dict[TP, int] = {}
+        #: Per partition, the offset before which every record is taken in hand or applied:
+        #: a position past it means records are on their way from the fetcher.
+        self._taken_to: dict[TP, int] = {}
 
     def __bool__(self) -> bool:
         return bool(self._batches)
@@ -290,24 +303,39 @@ class RequestBacklog:
         self._batches.append((tp, batch, generation))
         self.records += len(batch)
         self.bytes += sum(len(r.value or b"") for r in batch)
+        self._taken_to[tp] = batch[-1].offset + 1
+
+    def taken_to(self, positions: Mapping[TP, int | None]) -> None:
+        """Every record of these partitions before these offsets is taken in hand or applied
+        (none is on its way from the fetcher); None: not known."""
+        for tp, position in positions.items():
+            if position is not None:
+                self._taken_to[tp] = position
 
     def clear(self) -> None:
         self._batches.clear()
         self.records = self.bytes = 0
         self._applied_ms.clear()
+        self._taken_to.clear()
 
     def partitions(self) -> set[TP]:
         """The partitions of which records are in hand."""
         return {tp for tp, _, _ in self._batches}
 
-    def frontier_ms(self, tp: TP, highwater: int | None, position: int | None) -> int | None:
-        """Epoch ms before which every record of ``tp`` is applied, None if all written are.
+    def frontier_ms(self, tp: TP, fetching: faust_adapter.FetchPosition) -> int | None:
+        """Epoch ms before which every record of ``tp`` is applied.
 
         The oldest record of the step being applied, else the oldest in hand, is the
-        first not applied. With none, the consumer has handed over everything up to
-        ``position`` (the next offset to come); the broker holds more if its
-        ``highwater`` (the next offset it writes) is past that, and those come after
-        the last record applied (-1: none known yet, so nothing may pass until they are read).
+        first not applied. With none, the consumer has handed over everything up to the
+        ``position`` of ``fetching`` (the next offset to come), and all of it is in hand
+        unless the position is past what was taken (records on their way from the
+        fetcher). If the broker's ``highwater`` was not past the position either, every
+        record written before that fetch response was received is applied: its time is the
+        frontier. A high watermark says nothing of what was written after its response —
+        a partition left out of fetches while its backlog drains has an old one — so a tick
+        of a later second waits for a newer response. Otherwise the broker holds more,
+        written after the last record applied (-1: none known yet, so nothing may pass
+        until they are read).
         """
         applying = self._applying.get(tp)
         if applying is not None:
@@ -315,8 +343,14 @@ class RequestBacklog:
         for batch_tp, batch, _ in self._batches:
             if batch_tp == tp:
                 return max(_timestamp_ms(batch[0]), 0)
-        if highwater is not None and position is not None and highwater <= position:
-            return None
+        highwater, position, fetched_ms = fetching
+        if (
+            highwater is not None
+            and position is not None
+            and fetched_ms is not None
+            and highwater <= position <= self._taken_to.get(tp, position)
+        ):
+            return fetched_ms
         return self._applied_ms.get(tp, -1)
 
     def take(self, generation: int, size: int) -> list[tuple[TP, list[Any]]]:

@@ -225,22 +225,29 @@ def test_the_fetch_position_is_aiokafkas_high_watermark_and_next_offset() -> Non
     async def check() -> None:
         consumer = _faust_consumer()
         tp = TP("t", 0)
-        assert faust_adapter.fetch_position(consumer, tp) == (None, None)  # not started
+        assert faust_adapter.fetch_position(consumer, tp) == (None, None, None)  # not started
         running = AIOKafkaConsumer(bootstrap_servers="127.0.0.1:1")
         consumer._thread._consumer = running
         try:
-            assert faust_adapter.fetch_position(consumer, tp) == (None, None)  # not assigned
+            assert faust_adapter.fetch_position(consumer, tp) == (None, None, None)  # not assigned
             running.assign([TopicPartition("t", 0)])
-            assert faust_adapter.fetch_position(consumer, tp) == (None, None)  # nothing fetched
+            assert faust_adapter.fetch_position(consumer, tp) == (None, None, None)  # nothing fetched
             state = running._subscription.subscription.assignment.state_value(TopicPartition("t", 0))
-            state.highwater = 9  # as the fetcher sets it from a fetch response
+            state.highwater, state.timestamp = (
+                9,
+                1_795_000_000_123,
+            )  # as the fetcher sets them from a response
             state.seek(5)
-            assert faust_adapter.fetch_position(consumer, tp) == (9, 5)
+            assert faust_adapter.fetch_position(consumer, tp) == (9, 5, 1_795_000_000_123)
         finally:
             await running.stop()
 
     asyncio.run(check())
     source = inspect.getsource(fetcher.Fetcher)
+    assert "tp_state.timestamp = now_ms" in source, (
+        "aiokafka's Fetcher no longer stamps each fetch response in the partition's state: "
+        f"fetch_position in {ADAPTER} (the join's frontier) relies on it"
+    )
     assert "tp_state.highwater = highwater" in source, (
         "aiokafka's Fetcher no longer records each fetch response's high watermark in the partition's "
         f"state: fetch_position in {ADAPTER} (the join's frontier) relies on it"
