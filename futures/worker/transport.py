@@ -160,17 +160,18 @@ class TimerConsumer(faust_adapter.ConsumerBase):
 
     def partitions_to_fetch(self, active: set[TP]) -> set[TP]:
         route = _routes.get(self.app)
+        if route is None:
+            return active
         backlog = self._backlog
-        if route is not None:
-            # Called before each hand-over: what was handed over before is in hand or applied.
-            backlog.taken_to(
-                {
-                    tp: faust_adapter.fetch_position(self, tp).position
-                    for tp in active
-                    if tp.topic in route.request_topics
-                }
-            )
-        if route is not None and (
+        # Called before each hand-over: what was handed over before is in hand or applied.
+        backlog.taken_to(
+            {
+                tp: faust_adapter.fetch_position(self, tp).position
+                for tp in active
+                if tp.topic in route.request_topics
+            }
+        )
+        if (
             backlog.records >= route.batch_size * BACKLOG_STEPS
             or backlog.bytes >= CHUNK_BYTES * BACKLOG_STEPS
         ):
@@ -189,13 +190,11 @@ class TimerConsumer(faust_adapter.ConsumerBase):
         route = _routes.get(self.app)
         if route is None:
             return None
-        frontier: int | None = None
-        for topic in route.request_topics:
-            tp = TP(topic, partition)
-            limit = self._backlog.frontier_ms(tp, faust_adapter.fetch_position(self, tp))
-            if limit is not None and (frontier is None or limit < frontier):
-                frontier = limit
-        return frontier
+        tps = (TP(topic, partition) for topic in route.request_topics)
+        return min(
+            (self._backlog.frontier_ms(tp, faust_adapter.fetch_position(self, tp)) for tp in tps),
+            default=None,
+        )
 
     async def getmany(self, timeout: float) -> AsyncIterator[tuple[TP, Message]]:
         route = _routes.get(self.app)
@@ -322,7 +321,7 @@ class RequestBacklog:
         """The partitions of which records are in hand."""
         return {tp for tp, _, _ in self._batches}
 
-    def frontier_ms(self, tp: TP, fetching: faust_adapter.FetchPosition) -> int | None:
+    def frontier_ms(self, tp: TP, fetching: faust_adapter.FetchPosition) -> int:
         """Epoch ms before which every record of ``tp`` is applied.
 
         The oldest record of the step being applied, else the oldest in hand, is the
