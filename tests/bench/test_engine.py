@@ -7,6 +7,7 @@ import shutil
 import pytest
 
 from bench.engine import PHASES, PhaseRun, checked, instructions_per_timer, run_phase
+from futures.worker.engine import TimerEngine
 
 
 @pytest.mark.parametrize("phase", PHASES)
@@ -26,9 +27,15 @@ def test_the_fire_phase_without_its_tick_leaves_the_hot_second_pending():
     assert run.cpu_s == pytest.approx(0, abs=0.01)
 
 
-def test_the_sweep_phase_without_its_sweep_leaves_the_fired_timers_to_sweep():
-    run = run_phase("sweep", 2_500, prepare_only=True)
+def test_a_sweep_phase_whose_sweep_took_nothing_is_caught(monkeypatch):
+    async def no_sweep(self: TimerEngine) -> None:
+        pass
+
+    monkeypatch.setattr(TimerEngine, "sweep", no_sweep)
+    run = run_phase("sweep", 2_500)
     assert run.pending == 0 and run.unswept > 0
+    with pytest.raises(SystemExit, match="tables left unswept afterwards"):
+        checked("sweep", 2_500, run)
 
 
 def test_a_phase_that_left_timers_behind_is_not_reported():
