@@ -3,7 +3,9 @@
 Each does what the worker does once per timer (docs/PERFORMANCE.md):
 ``futures.worker.prepare`` reads a stored timer into its callback,
 ``futures.worker.future_columns`` a request record's timers into columns,
-``futures.worker.fired_keys`` packs and unpacks the keys an ``f`` record lists, and
+``futures.worker.staging`` stages them into an ingest step,
+``futures.worker.fired_keys`` packs and unpacks the keys an ``f`` record lists,
+``futures.worker.table_write`` turns changelog records into a table's write batch, and
 ``futures.worker.callback_queue`` queues callback records into librdkafka. Installing from
 source therefore needs a C compiler and Python's headers, as faust-streaming and aiokafka do
 where no wheel fits.
@@ -16,7 +18,14 @@ setup(
     ext_modules=cythonize(
         [
             Extension(f"futures.worker.{name}", [f"futures/worker/{name}.pyx"])
-            for name in ("prepare", "future_columns", "fired_keys", "callback_queue")
+            for name in (
+                "prepare",
+                "future_columns",
+                "staging",
+                "fired_keys",
+                "table_write",
+                "callback_queue",
+            )
         ],
         compiler_directives={"language_level": "3"},
     ),

@@ -19,10 +19,9 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import struct
 from collections import defaultdict, deque
 from collections.abc import Awaitable, Callable, Sequence
-from itertools import islice
+from itertools import islice, repeat
 from operator import attrgetter
 
 from futures.ingress.records import SourceRecord
@@ -33,7 +32,8 @@ from futures.worker.config import LatePolicy
 from futures.worker.context import EngineContext
 from futures.worker.gaps import GapReader
 from futures.worker.series import is_recurring
-from futures.worker.table import TIMER_PREFIX, PartitionTimers, table_key
+from futures.worker.staging import REFUSE, STAGED, stage
+from futures.worker.table import PartitionTimers, table_key
 from futures.worker.windows import Windows
 from ktimers.config import IngressFormat
 from ktimers.wire import TimerEvent
@@ -41,8 +41,6 @@ from ktimers.wire import TimerEvent
 log = logging.getLogger(__name__)
 
 Kind = TimerEvent.Kind
-#: A table key's due time (:func:`~futures.worker.table.table_key`), packed in the staging loop.
-_DUE = struct.Struct(">Q")
 #: Precise mode: timers staged between two chances for the sending windows to run.
 _YIELD_EVERY = 200
 
@@ -72,12 +70,12 @@ class Ingest:
             parser = RequestParser(self._ctx.config.parse_limits, now)
             decoder = Decoder(parser.context)
             topics = self._ctx.config.parse_limits.topics
-            native = {t for t in {r.topic for r in records} if topics.format_of(t) is IngressFormat.NATIVE}
+            native = {t for t in set(map(_topic, records)) if topics.format_of(t) is IngressFormat.NATIVE}
             changes: dict[int, Changes] = defaultdict(Changes)
             ahead = Ahead()  # the broker takes in the step's first records while the rest are staged
             staged = 0
             request_topic = self._ctx.config.common.topics.request
-            queue = deque((record, True) for record in records)
+            queue = deque(zip(records, repeat(True)))
             while queue:
                 record, check_gap = queue.popleft()
                 table = self._ctx.tables(record.partition)
@@ -114,8 +112,10 @@ class Ingest:
                 if timers is not None:
                     # The common case, records of valid timers: staged column by column, with
                     # the records after this one that hold only valid timers too.
-                    for _ in range(taken - 1):
-                        record = queue.popleft()[0]
+                    if taken > 1:
+                        record = run[taken - 1]
+                        for _ in repeat(None, taken - 1):
+                            queue.popleft()
                     _note_offset(part, record, is_request)
                     staged = await self._schedule(timers, part, now, table, staged)
                 else:
@@ -182,7 +182,11 @@ class Ingest:
 
     def owned(self, records: Sequence[SourceRecord]) -> Sequence[SourceRecord]:
         """Drop records of partitions revoked while they were buffered: the new owner reads them."""
-        kept = [r for r in records if self._ctx.owns(r.partition)]
+        owns = self._ctx.owns
+        revoked = {p for p in set(map(_partition, records)) if not owns(p)}
+        if not revoked:
+            return records
+        kept = [r for r in records if r.partition not in revoked]
         if len(kept) < len(records):
             log.info("skipped %d records of partitions no longer assigned here", len(records) - len(kept))
         return kept
@@ -226,52 +230,36 @@ class Ingest:
         Latest wins: an older version of a timer, in the table or staged earlier in the
         step, is removed, not fired. A timer already due (at or below the partition's
         clock) is fired once the step is written (``part.late``), unless it is later than
-        ``TIMERS_MAX_LATENESS_S`` allows. Runs once per timer at bulk ingest rates (a
-        FutureBatch): keep the loop lean, and per-timer work in it.
+        ``TIMERS_MAX_LATENESS_S`` allows. The loop over the timers is compiled
+        (:func:`~futures.worker.staging.stage`); it hands back here what is more than
+        staging: a timer to refuse, and precise mode's pauses.
         """
         sources = timers.records
         partition = sources[0].partition
         windows = self._windows
-        overlay, records = part.overlay, part.records
+        config = self._ctx.config
+        refuse_late = config.late_policy is not LatePolicy.FIRE
         late_ms = table.watermark * 1000 if table.watermark >= 0 else -1
-        ids, id_bytes, dues = timers.ids, timers.id_bytes, timers.due_ms
+        ids, id_bytes = timers.ids, timers.id_bytes
         # Each id's version in the table, looked up together: the table changes only when the
         # step is written; versions staged earlier in the step are in the overlay.
         in_table = table.dues_of_ids(id_bytes) if len(id_bytes) > 1 else [table.due_of_id(id_bytes[0])]
         # The SCHEDULED events go in runs: the timers since ``run_from``, all accepted
         # (one refused as too late ends a run, its REJECTED event after it).
-        run_from = 0
-        for i, stored in enumerate(timers.stored):
-            timer_id, due_ms = ids[i], dues[i]
-            encoded = id_bytes[i]
-            old_due = overlay[timer_id] if timer_id in overlay else in_table[i]
-            new_key = TIMER_PREFIX + _DUE.pack(due_ms) + encoded
-            if old_due is not None:
-                old_key = TIMER_PREFIX + _DUE.pack(old_due) + encoded
-                if windows is not None:
-                    windows.withdraw(partition, old_due, old_key)
-                if old_key != new_key:
-                    # Latest wins: the older version is removed, not fired.
-                    records.append((old_key, None))
-                    overlay[timer_id] = None
-                    part.pending_delta -= 1
-                    old_due = None
-            staged += 1
-            if windows is not None and staged % _YIELD_EVERY == 0:
+        run_from = at = 0
+        while at < len(ids):
+            at, staged, delta, late, ended = stage(
+                timers, in_table, at, part, windows, partition,
+                late_ms, now, config.max_lateness_s, refuse_late, staged, _YIELD_EVERY,
+            )  # fmt: skip
+            part.pending_delta += delta
+            part.late = part.late or late
+            if ended == REFUSE:
+                self._scheduled(timers, run_from, at, now, part)
+                self._refuse_late(sources[at], ids[at], timers.due_ms[at], now, partition)
+                at = run_from = at + 1
+            if ended != STAGED and windows is not None and staged % _YIELD_EVERY == 0:
                 await asyncio.sleep(0)  # let precise windows send (see _pause)
-            if due_ms <= late_ms:
-                if self._is_too_late(due_ms, now):
-                    self._scheduled(timers, run_from, i, now, part)
-                    run_from = i + 1
-                    self._refuse_late(sources[i], timer_id, due_ms, now, partition)
-                    continue
-                part.late = True
-            records.append((new_key, stored))
-            overlay[timer_id] = due_ms
-            if windows is not None:
-                part.offers.append((timer_id, due_ms, new_key, stored))
-            if old_due is None:
-                part.pending_delta += 1
         self._scheduled(timers, run_from, len(ids), now, part)
         return staged
 
@@ -289,11 +277,6 @@ class Ingest:
             list(map(_offset, sources)),
             timers.callback_topics[start:end],
         )
-
-    def _is_too_late(self, due_ms: int, now: int) -> bool:
-        """Whether a timer already due is refused (``TIMERS_LATE_POLICY``)."""
-        config = self._ctx.config
-        return (now - due_ms) / 1000 > config.max_lateness_s and config.late_policy is not LatePolicy.FIRE
 
     def _refuse_late(
         self, record: SourceRecord, timer_id: str, due_ms: int, now: int, partition: int
@@ -315,8 +298,10 @@ class Ingest:
             )
 
 
-#: A record's offset, read in C by ``map``.
+#: A record's fields, read in C by ``map``.
 _offset = attrgetter("offset")
+_partition = attrgetter("partition")
+_topic = attrgetter("topic")
 
 
 #: At most this many records, and about this many bytes of them, are decoded together
@@ -330,12 +315,14 @@ def _run(record: SourceRecord, queue: deque[tuple[SourceRecord, bool]]) -> list[
     """``record`` and the records queued right after it that follow it in its partition (the
     next offsets of its topic and partition), as many as one run takes."""
     run = [record]
+    offset, partition, topic = record.offset, record.partition, record.topic
     volume = len(record.value or b"")
     for follower, _ in islice(queue, _RUN_RECORDS - 1):
+        offset += 1
         if (
-            follower.offset != record.offset + len(run)
-            or follower.partition != record.partition
-            or follower.topic != record.topic
+            follower.offset != offset
+            or follower.partition != partition
+            or follower.topic != topic
             or volume >= _RUN_BYTES
         ):
             break

@@ -76,15 +76,18 @@ from rocksdict import (
 )
 
 from futures.worker.fired_keys import FIRED_RECORD_BYTES, pack_keys, unpack_keys
+from futures.worker.table_write import (
+    FIRED_PREFIX,
+    INDEX_PREFIX,
+    PROGRESS_KEY,
+    TIMER_PREFIX,
+    TOPIC_PROGRESS_PREFIX,
+    fill,
+)
 from ktimers.wire import due_prefix, split_timer_key, timer_key
 
 log = logging.getLogger(__name__)
 
-TIMER_PREFIX = b"t"
-FIRED_PREFIX = b"f"
-INDEX_PREFIX = b"i"
-PROGRESS_KEY = b"m:progress"
-TOPIC_PROGRESS_PREFIX = b"m:progress:"
 PENDING_KEY = b"m:pending"
 OFFSET_KEY = b"m:offset"
 
@@ -547,97 +550,16 @@ class PartitionTimers:
         (the live path does); otherwise, as in changelog replay, each record is
         checked against the table. ``stale_index``: id index entries the write deletes
         too, which are no changelog records (the sweep's: :attr:`Unswept.stale_index`).
+        The records become the batch's operations in compiled code
+        (:func:`~futures.worker.table_write.fill`).
         """
         batch = WriteBatch(raw_mode=True)
-        delta = 0
-        watermark, request_offset = self.watermark, self.request_offset
-        topic_offsets: dict[str, int] = {}
-        # Whether each timer key exists once the records so far are applied: the
-        # batch is not readable before it is written, and a replay batch may put
-        # and delete (or put twice) the same key.
-        present: dict[bytes, bool] = {}
-        # Index entries this write puts (index key → due bytes): a tombstone of an id's other
-        # version leaves the entry alone (a series' next occurrence is put before the
-        # current one's tombstone, a new version may be put before the old one's).
-        indexed: dict[bytes, bytes] = {}
         # A timer put at or below the watermark (accepted late) lowers the low mark.
         below = TIMER_PREFIX + due_prefix(self._watermark_ms() + 1)
-        low = self._low_ms
-        replay = pending_delta is None
-        # Index entries go into the batch after the timers, deletes first, then what
-        # ``indexed`` holds at the end (the same final state as in record order): RocksDB
-        # inserts a run of ascending keys into its memtable for a few comparisons each, and
-        # timer keys alternating with index keys broke every run.
-        unindexed = list(stale_index)
-
-        def delete_timer(key: bytes) -> None:
-            nonlocal delta
-            # A timer key is TIMER_PREFIX, the due time (8 bytes) and the id: its index entry
-            # is the id's, holding those 8 bytes. Sliced, not decoded: this runs for every
-            # timer fired.
-            index_key = INDEX_PREFIX + key[_TIMER_ID_AT:]
-            if replay:
-                existed = present.get(key)
-                if existed is None:
-                    existed = self._db.get(key) is not None
-                delta -= existed
-                present[key] = False
-            batch.delete(key)
-            points_at = indexed.get(index_key)
-            if points_at is None and replay:
-                # The put may be in an earlier batch of the same write.
-                raw = self._db.get(index_key)
-                points_at = None if raw is None else bytes(raw)
-            if points_at is None or points_at == key[1:_TIMER_ID_AT]:
-                unindexed.append(index_key)
-                indexed.pop(index_key, None)
-
-        for key, value in records:
-            if key.startswith(TIMER_PREFIX):
-                if value is None:
-                    delete_timer(key)
-                    continue
-                index_key = INDEX_PREFIX + key[_TIMER_ID_AT:]
-                if replay:
-                    existed = present.get(key)
-                    if existed is None:
-                        existed = self._db.get(key) is not None
-                    delta += 1 - existed
-                    present[key] = True
-                batch.put(key, value)
-                indexed[index_key] = key[1:_TIMER_ID_AT]
-                if key < below:
-                    due = due_of_key(key)
-                    low = due if low is None else min(low, due)
-            elif key.startswith(FIRED_PREFIX):
-                if value is None:
-                    batch.delete(key)  # swept: every timer it listed has its own tombstone
-                    continue
-                batch.put(key, value)  # for the sweep
-                if replay:
-                    for timer_key in unpack_keys(value):
-                        delete_timer(timer_key)
-                else:
-                    # Live, the timers only: their index entries, no longer valid
-                    # (dues_of_ids), go when the sweep takes this record. Deleting one is a
-                    # random insert into the memtable: 16 % of a fired timer's cost.
-                    for timer_key in unpack_keys(value):
-                        batch.delete(timer_key)
-                seq = int(_U64.unpack_from(key, len(FIRED_PREFIX))[0])
-                self._fired_seq = max(self._fired_seq, seq + 1)
-            elif key == PROGRESS_KEY and value is not None:
-                record_watermark, record_offset = _PROGRESS.unpack(value)
-                watermark = max(watermark, record_watermark)
-                request_offset = max(request_offset, record_offset)
-            elif key.startswith(TOPIC_PROGRESS_PREFIX) and value is not None:
-                topic = key[len(TOPIC_PROGRESS_PREFIX) :].decode()
-                record_offset = _I64.unpack(value)[0]
-                known = topic_offsets.get(topic, self.topic_offset(topic))
-                topic_offsets[topic] = max(known, record_offset)
-        for index_key in unindexed:
-            batch.delete(index_key)
-        for index_key, points_at in indexed.items():
-            batch.put(index_key, points_at)
+        delta, low, watermark, request_offset, topic_offsets, self._fired_seq = fill(
+            batch, self._db, records, pending_delta is None, below, self._low_ms, stale_index,
+            self.topic_offset, self.watermark, self.request_offset, self._fired_seq,
+        )  # fmt: skip
         if pending_delta is not None:
             delta = pending_delta
         pending = max(self.pending + delta, 0)
