@@ -6,10 +6,13 @@ durable writes the same way for all of them:
 
 1. the events and dead letters the change caused, and its changelog records
    (puts of accepted timers, tombstones of cancelled ones, then the ``f`` records
-   listing the fired ones: :meth:`PartitionTimers.fired_records`), all delivered;
+   listing the fired ones: :meth:`PartitionTimers.fired_records`), all delivered —
+   the changelog records through the quiet producer, which reports only failures
+   (:mod:`futures.worker.kafka`);
 2. then each partition's progress record (watermark and last applied request
-   offset), in a flush of its own: it acknowledges the requests it covers, so a
-   restart skips them only once everything they caused is written;
+   offset), in a flush of its own, its offset reported: it acknowledges the
+   requests it covers, so a restart skips them only once everything they caused is
+   written;
 3. then the local RocksDB tables, through :meth:`PartitionTimers.apply`, as a
    replay of the changelog would.
 

@@ -44,7 +44,8 @@ def build(config: WorkerConfig, partitions: int) -> tuple[faust.App, TimerEngine
     metrics = WorkerMetrics()
     metrics.watch_tables(store.open_partitions)
     producer = Producer(producer_config(config.common.kafka, config.max_record_bytes))
-    writer = KafkaWriter(producer, config.max_record_bytes)
+    quiet = Producer(producer_config(config.common.kafka, config.max_record_bytes, quiet=True))
+    writer = KafkaWriter(producer, config.max_record_bytes, quiet=quiet)
     callback_topics = CallbackTopics.of_producer(producer)
     crashing: set[asyncio.Task[None]] = set()
 

@@ -93,8 +93,12 @@ class FakeMessage:
 class FakeProducer:
     """Records messages in ``sent``; delivers (or fails) them on ``poll``/``flush``."""
 
-    def __init__(self, fail: FailFn | None = None, max_bytes: int | None = None) -> None:
+    def __init__(
+        self, fail: FailFn | None = None, max_bytes: int | None = None, *, only_errors: bool = False
+    ) -> None:
         self.fail: FailFn = fail or (lambda topic: None)
+        #: As with ``delivery.report.only.error``: a delivered record's callback is not called.
+        self.only_errors = only_errors
         #: librdkafka's message.max.bytes: produce() refuses larger records.
         self.max_bytes = max_bytes
         #: Errors raised by produce() itself, before queueing, as librdkafka does
@@ -155,7 +159,7 @@ class FakeProducer:
                 sent.delivered = True
             else:
                 sent.error = err
-            if on_delivery is not None:
+            if on_delivery is not None and not (err is None and self.only_errors):
                 on_delivery(err, cast(Message, FakeMessage(sent, partition, err)))
 
     def poll(self, timeout: float = 0.0) -> int:

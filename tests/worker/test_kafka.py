@@ -35,3 +35,42 @@ def test_a_record_refused_by_produce_is_reported_under_its_index():
     asyncio.run(writer.delivered(deliveries))
     assert list(deliveries.errors) == [8]
     assert deliveries.errors[8].code() == KafkaError.MSG_SIZE_TOO_LARGE
+
+
+def test_a_changelog_write_waits_until_the_quiet_producer_holds_nothing_and_reports_only_failures():
+    main, quiet = FakeProducer(), FakeProducer(only_errors=True)
+    quiet.fail = lambda topic: KafkaError(KafkaError._MSG_TIMED_OUT) if topic == "slow" else None
+    writer = KafkaWriter(main, quiet=quiet)
+    deliveries = Deliveries()
+    writer.produce_many("changelog", 2, [(b"a", b"1"), (b"b", None)], deliveries)
+    writer.produce_many("slow", 2, [(b"c", b"3")], deliveries)
+    assert main.sent == []  # the changelog's bulk goes through the quiet producer only
+    quiet.hold = True  # the broker has not answered yet
+
+    async def write() -> None:
+        waiting = asyncio.ensure_future(writer.delivered(deliveries))
+        await asyncio.sleep(0.05)
+        assert not waiting.done()  # three records are still on their way
+        quiet.hold = False
+        await asyncio.wait_for(waiting, timeout=1)
+
+    asyncio.run(write())
+    assert [(s.topic, s.partition, s.key, s.delivered) for s in quiet.sent] == [
+        ("changelog", 2, b"a", True),
+        ("changelog", 2, b"b", True),
+        ("slow", 2, b"c", False),
+    ]
+    assert [msg.key() for _, msg in deliveries.failed if msg is not None] == [b"c"]
+    with pytest.raises(DeliveryError, match="^1 changelog record"):
+        deliveries.raise_first("changelog")
+
+
+def test_a_quiet_record_refused_by_produce_fails_its_write():
+    quiet = FakeProducer(only_errors=True)
+    quiet.refuse = lambda topic: KafkaError(KafkaError.MSG_SIZE_TOO_LARGE)
+    writer = KafkaWriter(FakeProducer(), quiet=quiet)
+    deliveries = Deliveries()
+    writer.produce_many("changelog", 0, [(b"big", b"v")], deliveries)
+    asyncio.run(writer.delivered(deliveries))
+    [(error, _)] = deliveries.failed
+    assert error.code() == KafkaError.MSG_SIZE_TOO_LARGE
