@@ -5,10 +5,11 @@ Each does what the worker does once per timer (docs/PERFORMANCE.md):
 ``futures.worker.future_columns`` a request record's timers into columns,
 ``futures.worker.staging`` stages them into an ingest step,
 ``futures.worker.fired_keys`` packs and unpacks the keys an ``f`` record lists,
-``futures.worker.table_write`` turns changelog records into a table's write batch, and
-``futures.worker.callback_queue`` queues callback records into librdkafka. Installing from
-source therefore needs a C compiler and Python's headers, as faust-streaming and aiokafka do
-where no wheel fits.
+``futures.worker.table_write`` turns changelog records into a table's write batch,
+``futures.worker.callback_queue`` queues callback records into librdkafka, and
+``futures.worker.fired_columns`` turns a piece of fired timers into what is recorded of it.
+Installing from source therefore needs a C compiler and Python's headers, as faust-streaming
+and aiokafka do where no wheel fits.
 """
 
 from Cython.Build import cythonize
@@ -25,6 +26,7 @@ setup(
                 "fired_keys",
                 "table_write",
                 "callback_queue",
+                "fired_columns",
             )
         ],
         compiler_directives={"language_level": "3"},

@@ -33,6 +33,7 @@ from futures.ingress.requests import seed_id
 from futures.worker.callback_queue import CallbackQueue
 from futures.worker.callbacks import Callback, stored_timer
 from futures.worker.destinations import MAX_TOPICS, TopicDirectory
+from futures.worker.fired_columns import fired_columns
 from futures.worker.kafka import Deliveries, KafkaWriter, is_permanent
 from futures.worker.metrics import WorkerMetrics
 from futures.worker.status import Firing, WorkerStatus
@@ -186,9 +187,7 @@ class Dispatcher:
         callbacks = sending.callbacks
         return self.settle(callbacks, sending.deliveries, [sending.fired_ms] * len(callbacks))
 
-    def settle(
-        self, callbacks: Sequence[Callback], deliveries: Deliveries, fired: Sequence[int]
-    ) -> FireOutcome:
+    def settle(self, callbacks: list[Callback], deliveries: Deliveries, fired: list[int]) -> FireOutcome:
         """Count, record and dead-letter by delivery report; say which timers to delete."""
         errors = traced_errors(callbacks, deliveries) if deliveries.failed else deliveries.errors
         if not errors:  # the common case: every callback delivered
@@ -218,30 +217,17 @@ class Dispatcher:
         self._fired([callbacks[i] for i in delivered], [fired[i] for i in delivered])
         return FireOutcome(done, transient, dead_lettered)
 
-    def _fired(self, callbacks: Sequence[Callback], fired: Sequence[int]) -> None:
+    def _fired(self, callbacks: list[Callback], fired: list[int]) -> None:
         """FIRED events, metrics and status of delivered callbacks (``fired``: each one's dispatch time)."""
-        dues: list[int] = []
-        due_of = dues.append
-        # The events, column by column per partition (a FiredTimers block): ids, due times, offsets.
-        columns: dict[int, tuple[list[str], list[int], list[int]]] = {}
-        for callback in callbacks:
-            partition, timer_id, due_ms = callback.partition, callback.timer_id, callback.due_ms
-            due_of(due_ms)
-            column = columns.get(partition)
-            if column is None:
-                column = columns[partition] = ([], [], [])
-            ids, due_times, offsets = column
-            ids.append(timer_id)
-            due_times.append(due_ms)
-            offsets.append(callback.source_offset)
+        # The events, column by column per partition (a FiredTimers block), in compiled code.
+        columns, lateness_ms = fired_columns(callbacks, fired)
         now = self._clock()
         for partition, (ids, due_times, offsets) in columns.items():
             self._batch(partition).fired.add(
                 id=ids, due_ms=due_times, source_offset=offsets, at_ms=now, partition=partition
             )
         # Metrics and status once per chunk, not per timer.
-        lateness_ms = [f - d if f > d else 0 for f, d in zip(fired, dues, strict=True)]
-        self._metrics.fired.inc(len(dues))
+        self._metrics.fired.inc(len(callbacks))
         self._metrics.lateness.observe_many([late / 1000 for late in lateness_ms])
         newest = max(len(callbacks) - self._status.keeps, 0)  # only these are shown: no tuple for the rest
         recent = zip(callbacks[newest:], fired[newest:], strict=True)

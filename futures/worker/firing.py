@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import asyncio
 import bisect
-from collections import defaultdict, deque
+from collections import deque
 from collections.abc import Callable, Collection
 from dataclasses import dataclass, field
 
@@ -34,6 +34,7 @@ from futures.worker.callbacks import Callback
 from futures.worker.changelog import Changes, commit
 from futures.worker.context import EngineContext, piece_count
 from futures.worker.dispatch import FireOutcome, Sending
+from futures.worker.fired_columns import keys_by_partition
 from futures.worker.lookahead import Lookahead
 from futures.worker.series import arm_next
 from futures.worker.table import PartitionTimers
@@ -198,12 +199,10 @@ class Firing:
         """The timers delivered or dead-lettered are deleted (``Changes.fired``); those that failed
         transiently are kept."""
         done = sent if len(outcome.done) == len(sent) else [sent[i] for i in outcome.done]
+        deleted, recurring = keys_by_partition(done)  # in compiled code
         # Recurring timers: the next occurrence, in the write that removes this one and before
         # its tombstone, so that no part of the write ends the series.
-        arm_next(self._ctx, ((c, fired.limits[c.partition]) for c in done if c.occurrence), changes)
-        deleted: dict[int, list[bytes]] = defaultdict(list)
-        for callback in done:
-            deleted[callback.partition].append(callback.key)
+        arm_next(self._ctx, [(c, fired.limits[c.partition]) for c in recurring], changes)
         for partition, keys in deleted.items():
             changes[partition].fired.extend(keys)
             changes[partition].pending_delta -= len(keys)
