@@ -29,6 +29,8 @@ import bisect
 from collections import deque
 from collections.abc import Callable, Collection
 from dataclasses import dataclass, field
+from itertools import chain, repeat
+from operator import itemgetter
 
 from futures.worker.callbacks import Callback
 from futures.worker.changelog import Changes, commit
@@ -72,7 +74,7 @@ class DueScan:
             return
         want = piece_count(want, room)
         items = self._table.due_items(self.limit_ms, want, after=self.last or None, max_bytes=room)
-        read = sum(len(v) for _, v in items)
+        read = sum(map(len, map(_second, items)))
         self.more = len(items) == want or read >= room
         if items:
             self._items.extend(items)
@@ -84,13 +86,12 @@ class DueScan:
         items = self._items
         end = len(items) if bound is None else bisect.bisect_right(items, bound, key=_first)
         taken, self._items = items[:end], items[end:]
-        self._bytes -= sum(len(v) for _, v in taken)
-        p = self.partition
-        return [(key, p, value) for key, value in taken]
+        self._bytes -= sum(map(len, map(_second, taken)))
+        # Built by zip, in C: this runs for every fired timer.
+        return list(zip(map(_first, taken), repeat(self.partition), map(_second, taken)))
 
 
-def _first(item: tuple[bytes, bytes]) -> bytes:
-    return item[0]
+_first, _second = itemgetter(0), itemgetter(1)
 
 
 @dataclass
@@ -160,7 +161,8 @@ class Firing:
                 # Past the first last-read key of a partition that may hold more, some
                 # partition's timers are not in hand yet: they wait for the next piece.
                 bound = min((scan.last for scan in scans if scan.more), default=None)
-                batch = sorted(item for scan in scans for item in scan.take(bound))  # runs merged: Timsort
+                # Each scan's run is in key order: Timsort merges them.
+                batch = sorted(chain.from_iterable(scan.take(bound) for scan in scans))
                 if batch:
                     # Built as they go out, but for those built before the tick (Lookahead).
                     flight.append(dispatch.send(self._lookahead.take(batch), ctx.clock()))
