@@ -77,10 +77,17 @@ class Target:
         if (value >= self.limit) if self.at_least else (value <= self.limit):
             return Verdict(self.name, measured, MET, phase=self.phase, see=self.see)
         if self.at_least:
-            gap = f"short by {100 * (1 - value / self.limit):.0f} %"
+            gap = short_by(value, self.limit)
         else:
             gap = f"over by {self.fmt(value - self.limit)}"
         return Verdict(self.name, measured, MISSED, gap, self.phase, self.see)
+
+
+def short_by(value: float, limit: float) -> str:
+    """How far ``value`` falls short of ``limit``, in percent of it: whole percents, or a tenth
+    below 1 % (a miss never reads "short by 0 %")."""
+    gap = 100 * (1 - value / limit)
+    return f"short by {gap:.0f} %" if gap >= 0.95 else f"short by {max(gap, 0.1):.1f} %"
 
 
 #: The sections of docs/PERFORMANCE.md that say where a target's time goes and what would close it.
@@ -307,7 +314,7 @@ def _from_capacity_run(verdict: Verdict, size: _Size) -> Verdict:
     measured = f"{fmt(value)} at {size.pending:,} pending (`make bench-capacity`, {size.when})"
     if (value >= limit) if at_least else (value <= limit):
         return Verdict(verdict.target, measured, MET, phase=verdict.phase, see=verdict.see)
-    gap = f"short by {100 * (1 - value / limit):.0f} %" if at_least else f"over by {fmt(value - limit)}"
+    gap = short_by(value, limit) if at_least else f"over by {fmt(value - limit)}"
     return Verdict(verdict.target, measured, MISSED, gap, verdict.phase, verdict.see)
 
 

@@ -13,7 +13,7 @@ from bench.profiling import summarize
 from bench.render import render, targets_block
 from bench.results import OURS, REDIS, CapacityRun, CapacityStep, Fire, ProfileSummary, Results, Throughput
 from bench.stats import burst_rate, lateness, rate_series, rise_rate
-from bench.targets import MET, MISSED, NOT_MEASURED, evaluate
+from bench.targets import MET, MISSED, NOT_MEASURED, evaluate, short_by
 
 
 def ms(*values: int) -> np.ndarray:
@@ -230,3 +230,11 @@ def test_rendering_keeps_the_prose_around_the_tables_and_replaces_only_the_table
         "# Failover\n\nProse before.\n\n<!-- results:failover -->\nMeasured by `python -m bench.failover"
     )
     assert "stale" not in text and text.endswith("<!-- /results:failover -->\n\nAfter.\n")
+
+
+@pytest.mark.parametrize(
+    ("value", "gap"),
+    [(89.93, "short by 0.1 %"), (89.995, "short by 0.1 %"), (89.5, "short by 0.6 %"), (85.6, "short by 5 %")],
+)
+def test_a_miss_says_how_far_short_never_by_zero(value: float, gap: str) -> None:
+    assert short_by(value, 90.0) == gap
