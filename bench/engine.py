@@ -15,7 +15,8 @@ directory, a producer that reports every record delivered at once — in three p
 
 It reports the main thread's CPU per timer; with ``--instructions``, the CPU instructions per
 timer instead, counted by valgrind's callgrind (Debian's ``valgrind``): the same code on the
-same input counts the same to a few parts in ten thousand, however busy the machine. A phase
+same input counts the same to a few parts in a thousand, however busy the machine (RocksDB's
+background flushes and compactions, counted with the rest, move a little). A phase
 is counted twice, once whole and once with only its preparation (``--prepare-only``), and the
 difference divided by the timers. What the producer and the broker cost is not in these
 figures; what the engine's Python, RocksDB and protobuf cost is.
