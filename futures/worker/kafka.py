@@ -195,28 +195,15 @@ class KafkaWriter:
 
         ``headers`` must be a list (librdkafka takes no other sequence); ``partition``
         :data:`ANY_PARTITION` lets the producer's partitioner choose.
-        Runs twice per fired timer (callback, tombstone) and per scheduled one (changelog):
-        the common case is one call into librdkafka and nothing else.
+        Events, dead letters, progress records, and a callback the compiled queue's own call
+        into librdkafka could not queue.
         """
         if deliveries is None:
             report = None
         else:
             deliveries.pending += 1
             report = deliveries.on_delivery if index is None else functools.partial(deliveries.report, index)
-        while True:
-            try:
-                self.queue(topic, value, key, partition, report, None, 0, cast(RecordHeaders, headers))
-                return
-            except BufferError:
-                # The local queue is full: serve delivery reports to make room.
-                self._producer.poll(0.05)
-            except KafkaException as exc:
-                # Refused before it was queued (e.g. larger than message.max.bytes):
-                # a delivery failure of this record, not of the whole batch.
-                if report is None:
-                    raise
-                report(exc.args[0], None)
-                return
+        _queue_into(self._producer, topic, key, value, partition, report, headers)
 
     def produce_many(
         self,
@@ -235,15 +222,10 @@ class KafkaWriter:
         queue, report = quiet.produce, deliveries.on_failure
         deliveries.quiet = True
         for key, value in records:
-            while True:
-                try:
-                    queue(topic, value, key, partition, report)
-                    break
-                except BufferError:
-                    quiet.poll(0.05)  # the local queue is full: its reports make room
-                except KafkaException as exc:
-                    report(exc.args[0], None)  # refused before it was queued
-                    break
+            try:
+                queue(topic, value, key, partition, report)
+            except (BufferError, KafkaException):
+                _queue_into(quiet, topic, key, value, partition, report)
 
     async def delivered(self, *groups: Deliveries, send_now: bool = False) -> None:
         """Wait until every record of ``groups`` has its delivery report.
@@ -266,10 +248,11 @@ class KafkaWriter:
         """
         producer, quiet = self._producer, self._quiet
         waits_quiet = any(group.quiet for group in groups)
-        if not waits_quiet and not any(group.pending for group in groups):
+        waits_reports = any(group.pending for group in groups)
+        if not waits_quiet and not waits_reports:
             return
         # These records are awaited.
-        if any(group.pending for group in groups):
+        if waits_reports:
             producer.flush(SEND_NOW_S if send_now else 0)
         if waits_quiet and quiet is not producer:
             quiet.flush(SEND_NOW_S if send_now else 0)
@@ -294,3 +277,30 @@ class KafkaWriter:
 
     def close(self) -> None:
         self._flush_blocking()
+
+
+def _queue_into(
+    producer: ProducerLike,
+    topic: str,
+    key: bytes | None,
+    value: bytes | None,
+    partition: int,
+    report: Callable[[KafkaError | None, Message | None], None] | None,
+    headers: Sequence[tuple[str, str | bytes | None]] | None = None,
+) -> None:
+    """Queue one record into ``producer``, waiting for room while its local queue is full; a
+    record refused before it was queued is a failure reported to ``report`` (raised without one)."""
+    while True:
+        try:
+            producer.produce(topic, value, key, partition, report, None, 0, cast(RecordHeaders, headers))
+            return
+        except BufferError:
+            # The local queue is full: serve delivery reports to make room.
+            producer.poll(0.05)
+        except KafkaException as exc:
+            # Refused before it was queued (e.g. larger than message.max.bytes):
+            # a delivery failure of this record, not of the whole batch.
+            if report is None:
+                raise
+            report(exc.args[0], None)
+            return
