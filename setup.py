@@ -5,7 +5,9 @@ Each does what the worker does once per timer (docs/PERFORMANCE.md):
 ``futures.worker.future_columns`` a request record's timers into columns,
 ``futures.worker.staging`` stages them into an ingest step,
 ``futures.worker.fired_keys`` packs and unpacks the keys an ``f`` record lists,
+``futures.worker.table_read`` takes a read's due timers off RocksDB's iterator,
 ``futures.worker.table_write`` turns changelog records into a table's write batch,
+``futures.worker.built_ahead`` holds the callbacks built ahead of their tick,
 ``futures.worker.callback_queue`` queues callback records into librdkafka, and
 ``futures.worker.fired_columns`` turns a piece of fired timers into what is recorded of it.
 Installing from source therefore needs a C compiler and Python's headers, as faust-streaming
@@ -27,6 +29,8 @@ setup(
                 "table_write",
                 "callback_queue",
                 "fired_columns",
+                "table_read",
+                "built_ahead",
             )
         ],
         compiler_directives={"language_level": "3"},

@@ -18,9 +18,9 @@ import asyncio
 import logging
 from collections.abc import Iterable, Iterator, Mapping
 
+from futures.worker.built_ahead import BuiltAhead
 from futures.worker.callbacks import Callback
-from futures.worker.context import EngineContext, callback_bytes
-from futures.worker.prepare import prepare
+from futures.worker.context import EngineContext
 
 log = logging.getLogger(__name__)
 
@@ -32,23 +32,24 @@ class Lookahead:
     def __init__(self, ctx: EngineContext) -> None:
         self._ctx = ctx
         self.max_bytes = ctx.budget.ahead
-        #: partition → table key → the callback, the stored timer it was built from, and the
-        #: bytes both hold (counted once, when built).
-        self._ready: dict[int, dict[bytes, tuple[Callback, bytes, int]]] = {}
-        self._count = 0
-        self.bytes = 0
+        self._built = BuiltAhead()  # in compiled code: every fired timer passes through it
         self._ahead: dict[int, int] = {}  # partition → the second its clock is at, to build past
         self._task: asyncio.Task[None] | None = None
 
     def __len__(self) -> int:
-        return self._count
+        return self._built.count
+
+    @property
+    def held(self) -> int:
+        """What the callbacks built ahead and their stored timers hold."""
+        return self._built.held
 
     def partitions(self) -> list[int]:
-        return [*self._ready, *self._ahead]
+        return [*self._built.partitions(), *self._ahead]
 
     def moved(self, moved: Mapping[int, int]) -> None:
         """The clocks of ``moved`` (partition → second) moved: build what their next tick fires."""
-        for partition in list(self._ready):
+        for partition in self._built.partitions():
             if partition in moved or not self._ctx.owns(partition):
                 self.drop(partition)  # fired by now, or the partition went elsewhere
         self._ahead.update(moved)
@@ -63,37 +64,12 @@ class Lookahead:
     def drop(self, partition: int) -> None:
         """Forget what was built for ``partition`` (a new second is built, or it was revoked)."""
         self._ahead.pop(partition, None)
-        ready = self._ready.pop(partition, {})
-        self._count -= len(ready)
-        self.bytes -= sum(held for _, _, held in ready.values())
+        self._built.drop(partition)
 
     def take(self, items: Iterable[tuple[bytes, int, bytes]]) -> Iterator[Callback]:
         """The callbacks of the timers ``items`` ((table key, partition, stored bytes)) as a tick's
         scan read them: built ahead where still valid, else built now."""
-        ready = self._ready
-        for key, partition, stored in items:
-            callbacks = ready.get(partition)
-            built = None if callbacks is None else callbacks.pop(key, None)
-            if built is None:
-                yield prepare(key, partition, stored)
-                continue
-            callback, built_from, held = built
-            self._count -= 1
-            self.bytes -= held
-            yield callback if built_from == stored else prepare(key, partition, stored)
-
-    def _fill(self, partition: int, items: Iterable[tuple[bytes, bytes]]) -> None:
-        ready = self._ready.setdefault(partition, {})
-        for key, stored in items:
-            callback = prepare(key, partition, stored)
-            old = ready.get(key)
-            if old is None:
-                self._count += 1
-            else:
-                self.bytes -= old[2]
-            held = callback_bytes(callback) + len(stored)
-            ready[key] = (callback, stored, held)
-            self.bytes += held
+        return self._built.take(items)
 
     async def _build(self) -> None:
         """Build the timers due in the second after each clock of ``self._ahead``, a few hundred
@@ -103,18 +79,18 @@ class Lookahead:
             while self._ahead:
                 partition, second = self._ahead.popitem()
                 after: bytes | None = None
-                while self.bytes < self.max_bytes:
+                while self.held < self.max_bytes:
                     async with ctx.lock:
                         # Revoked, or its clock moved on meanwhile (that move queued its own turn).
                         table = ctx.tables(partition)
                         if not ctx.owns(partition) or table.watermark != second:
                             break
                         # Each kept with its stored timer: half the room, as stored timers.
-                        room = (self.max_bytes - self.bytes) // 2
+                        room = (self.max_bytes - self.held) // 2
                         due = table.due_items(
                             (second + 1) * 1000, _BUILD_AT_ONCE, after=after, max_bytes=room
                         )
-                        self._fill(partition, due)
+                        self._built.fill(partition, due)
                     if len(due) < _BUILD_AT_ONCE:
                         break
                     after = due[-1][0]

@@ -76,6 +76,7 @@ from rocksdict import (
 )
 
 from futures.worker.fired_keys import FIRED_RECORD_BYTES, pack_keys, unpack_keys
+from futures.worker.table_read import take_due
 from futures.worker.table_write import (
     FIRED_PREFIX,
     INDEX_PREFIX,
@@ -427,25 +428,14 @@ class PartitionTimers:
         start = TIMER_PREFIX + due_prefix(start_ms)
         if after is not None and after >= start:
             start = after + b"\x00"  # the smallest key greater than ``after``
+        if max_count <= 0:
+            return []
         # Bounded in RocksDB, which then stops at the limit (past it: later timers and the
-        # index), and read by its item iterator: one call a timer, for every timer fired.
+        # index), and read by its item iterator, taken off it in compiled code.
         bounded = ReadOptions()
         bounded.set_iterate_upper_bound(TIMER_PREFIX + due_prefix(limit_ms + 1))
-        found: list[tuple[bytes, bytes]] = []
-        if max_count <= 0:
-            return found
-        append = found.append
-        room = -1 if max_bytes is None else max_bytes
         items: Iterator[tuple[bytes, bytes]] = self._db.items(from_key=start, read_opt=bounded)  # type: ignore[assignment]
-        for item in items:
-            append(item)
-            if room >= 0:
-                room -= len(item[1])
-                if room <= 0:
-                    break
-            if len(found) >= max_count:
-                break
-        return found
+        return take_due(items, max_count, max_bytes)
 
     def iter_pending(self) -> Iterator[DueTimer]:
         """Every pending timer in due order (for tools and tests; a full scan)."""

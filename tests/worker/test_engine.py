@@ -985,13 +985,13 @@ def test_no_more_bytes_are_built_ahead_than_the_budget_allows_and_the_rest_fire_
     _tick_and_prepare(rig, T, partitions=(0, 1))
     lookahead = rig.engine._lookahead
     assert 1 <= len(lookahead) < 25
-    assert lookahead.bytes <= budget // 2 + 2 * 121_000  # may pass its share by the last callback
+    assert lookahead.held <= budget // 2 + 2 * 121_000  # may pass its share by the last callback
     _tick_and_prepare(rig, T + 1, partitions=(0, 1))
     fired = rig.fired()
     assert sorted(fired) == sorted(due)
     assert [due[tid] for tid in fired] == sorted(due.values())
     assert len(rig.engine._lookahead) == 0
-    assert lookahead.bytes == 0  # what it held is given back as its callbacks go out
+    assert lookahead.held == 0  # what it held is given back as its callbacks go out
 
 
 def test_what_was_prepared_for_a_partition_that_went_elsewhere_is_dropped(rig):
@@ -1002,7 +1002,7 @@ def test_what_was_prepared_for_a_partition_that_went_elsewhere_is_dropped(rig):
     _tick_and_prepare(rig, T + 1, partitions=(0,))
     assert rig.fired() == ["mine"]
     assert len(rig.engine._lookahead) == 0
-    assert rig.engine._lookahead.bytes == 0
+    assert rig.engine._lookahead.held == 0
 
 
 def test_a_hot_second_over_several_partitions_goes_out_in_whole_pieces(make_rig):

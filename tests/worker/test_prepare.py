@@ -11,7 +11,16 @@ from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 import futures.worker.prepare as prepare_module
-from futures.worker import callback_queue, fired_columns, fired_keys, future_columns, staging, table_write
+from futures.worker import (
+    built_ahead,
+    callback_queue,
+    fired_columns,
+    fired_keys,
+    future_columns,
+    staging,
+    table_read,
+    table_write,
+)
 from futures.worker.callback_queue import CallbackQueue
 from futures.worker.callbacks import Callback
 from futures.worker.kafka import Deliveries
@@ -139,7 +148,17 @@ def test_a_value_that_is_not_bytes_is_refused() -> None:
 
 @pytest.mark.parametrize(
     "module",
-    [prepare_module, future_columns, staging, fired_keys, table_write, callback_queue, fired_columns],
+    [
+        prepare_module,
+        future_columns,
+        staging,
+        fired_keys,
+        table_read,
+        table_write,
+        callback_queue,
+        fired_columns,
+        built_ahead,
+    ],
 )
 def test_the_compiled_modules_are_built_from_their_sources(module: ModuleType) -> None:
     """``make venv`` rebuilds them; run directly after editing a .pyx or the .pxd, pytest would
