@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from rocksdict import Options
+from rocksdict import Options, Rdict
 
 from futures.worker.table import (
     FIRED_PREFIX,
@@ -331,3 +331,19 @@ def test_a_table_dropped_without_closing_is_closed_when_collected(tmp_path: Path
         assert again.pending == 1
     finally:
         again.close()
+
+
+def test_a_large_table_is_stored_compressed_on_disk(tmp_path: Path) -> None:
+    """Memtables are flushed uncompressed into L0; the levels a compaction writes, which hold
+    nearly all of a large table, are compressed."""
+    db = Rdict(str(tmp_path / "t.db"), table_options())
+    raw = 0
+    for n in range(60_000):
+        key, value = table_key(T_MS + n, f"timer-{n}"), b"callback payload " * 8
+        db[key] = value
+        raw += len(key) + len(value)
+    db.flush()
+    db.compact_range(None, None)  # what compactions do as a table grows
+    on_disk = int(db.property_int_value("rocksdb.live-sst-files-size") or 0)
+    db.close()
+    assert 0 < on_disk < raw / 2
