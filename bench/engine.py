@@ -239,7 +239,7 @@ async def _phase(rig: Rig, phase: str, count: int, prepare_only: bool) -> PhaseR
     return PhaseRun(
         spent,
         sum(table.pending for table in tables),
-        sum(len(table.unswept(1).records) for table in tables) if swept else 0,
+        sum(len(table.fired_listings(1)) for table in tables) if swept else 0,
     )
 
 

@@ -31,7 +31,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from itertools import islice
+from itertools import islice, repeat
 
 from futures.worker.context import EngineContext
 from futures.worker.kafka import Deliveries
@@ -46,8 +46,6 @@ class Changes:
     #: Table keys of fired timers (callbacks delivered or dead-lettered): deleted by ``f``
     #: records written after ``records``.
     fired: list[bytes] = field(default_factory=list)
-    #: Records for the changelog only, already true of the table: the sweep's tombstones.
-    changelog_only: list[Record] = field(default_factory=list)
     #: Id index entries the write deletes from the table, which are no changelog records: the
     #: sweep's (:attr:`~futures.worker.table.Unswept.stale_index`).
     stale_index: list[bytes] = field(default_factory=list)
@@ -70,7 +68,6 @@ class Changes:
         return bool(
             self.records
             or self.fired
-            or self.changelog_only
             or self.watermark is not None
             or self.request_offset is not None
             or self.topic_offsets
@@ -80,7 +77,7 @@ class Changes:
 @dataclass
 class Ahead:
     """The changelog records of a write produced while it is still being staged: how many of
-    each partition's :attr:`Changes.records`, and their delivery reports."""
+    each partition's :attr:`Changes.records`, the sweep's tombstones, and their delivery reports."""
 
     deliveries: Deliveries = field(default_factory=Deliveries)
     counts: dict[int, int] = field(default_factory=dict)
@@ -95,6 +92,15 @@ class Ahead:
                 ctx.writer.produce_many(ctx.config.changelog_topic, partition, records, self.deliveries)
                 counts[partition] = len(part.records)
 
+    def tombstones(self, ctx: EngineContext, partition: int, keys: list[bytes]) -> None:
+        """Produce the tombstones of timers the table no longer holds (the sweep's): for the
+        changelog only, as they change nothing in the table. Before any of the write's records."""
+        if self.counts.get(partition):
+            raise ValueError("tombstones go before a write's records")
+        ctx.writer.produce_many(
+            ctx.config.changelog_topic, partition, zip(keys, repeat(None)), self.deliveries
+        )
+
 
 async def commit(
     ctx: EngineContext, changes: dict[int, Changes], *, send_now: bool = False, ahead: Ahead | None = None
@@ -102,8 +108,8 @@ async def commit(
     """Write ``changes`` to the changelog, wait for them, then apply them to the local tables.
 
     ``send_now``: the records do not linger in the producer (:meth:`KafkaWriter.delivered`).
-    ``ahead``: the records of ``changes`` already produced (an ingest step's), which must have
-    no changelog-only records: those go first.
+    ``ahead``: what of the write is produced already (an ingest step's records, the sweep's
+    tombstones).
 
     On the embedded broker, the progress record in a batch of its own also keeps Faust's
     table recovery exact: Tansu reports a partition's end as its last batch's first offset + 1.
@@ -118,10 +124,6 @@ async def commit(
     produced = {} if ahead is None else ahead.counts
     for partition, part in changes.items():
         done = produced.get(partition, 0)
-        if part.changelog_only:
-            if done:
-                raise ValueError("a write with changelog-only records cannot be produced ahead")
-            writer.produce_many(changelog, partition, part.changelog_only, deliveries)
         # Other ingress topics' progress follows the records it covers.
         staged[partition] = [
             *part.records,

@@ -141,17 +141,14 @@ class TableSizes:
 
 @dataclass(frozen=True)
 class Unswept:
-    """What one write of the sweep takes: the oldest ``f`` records, and what they leave behind."""
+    """What the sweep's write takes along for timers an ``f`` record lists."""
 
-    #: Each ``f`` record's key, with the timers it lists that the table no longer holds: each
-    #: gets its own tombstone, before the record's. A timer put again under its key since it
-    #: fired is pending, and keeps its put.
-    records: list[tuple[bytes, list[bytes]]]
+    #: The listed timers the table no longer holds: each gets its own tombstone, before the
+    #: record's. A timer put again under its key since it fired is pending, and keeps its put.
+    gone: list[bytes]
     #: The id index entries those timers left (a live firing does not delete them, see
     #: :meth:`PartitionTimers.apply`): not an entry a newer version of the id put.
     stale_index: list[bytes]
-    #: How many timer keys the records list, those still held too.
-    listed: int
 
 
 @dataclass(frozen=True)
@@ -482,10 +479,9 @@ class PartitionTimers:
             found += 1
             it.next()
 
-    def unswept(self, max_keys: int) -> Unswept:
+    def fired_listings(self, max_keys: int) -> list[tuple[bytes, list[bytes]]]:
         """The oldest ``f`` records, until they list ``max_keys`` keys (at least one record, if
-        any), with what the sweep's write takes along: see :class:`Unswept`. The listed timers
-        are read by a scan of their range (:meth:`_held`), their index entries with one MultiGet."""
+        any): each record's key, with the timer keys it lists."""
         listed: list[tuple[bytes, list[bytes]]] = []
         for fired_key, value in self._scan(FIRED_PREFIX):
             listing = unpack_keys(value)
@@ -493,11 +489,14 @@ class PartitionTimers:
             max_keys -= len(listing)
             if max_keys <= 0:
                 break
-        records: list[tuple[bytes, list[bytes]]] = []
-        for fired_key, listing in listed:
-            held = self._held(listing)
-            records.append((fired_key, [key for key in listing if key not in held] if held else listing))
-        gone = [key for _, keys in records for key in keys]
+        return listed
+
+    def unswept(self, listed: list[bytes]) -> Unswept:
+        """What the sweep's write takes along for the timer keys ``listed`` (an ``f`` record's, or
+        part of them): see :class:`Unswept`. The timers are read by a scan of their range
+        (:meth:`_held`), their index entries with one MultiGet."""
+        held = self._held(listed)
+        gone = [key for key in listed if key not in held] if held else listed
         index_keys = [INDEX_PREFIX + key[_TIMER_ID_AT:] for key in gone]
         points: list[bytes | None] = self._db.get(index_keys)  # type: ignore[arg-type, assignment]
         stale = [
@@ -505,7 +504,7 @@ class PartitionTimers:
             for key, index_key, points_at in zip(gone, index_keys, points, strict=True)
             if points_at == key[1:_TIMER_ID_AT]
         ]
-        return Unswept(records, stale, sum(len(listing) for _, listing in listed))
+        return Unswept(gone, stale)
 
     def _held(self, keys: list[bytes]) -> set[bytes]:
         """Those of the timer ``keys`` the table holds.

@@ -14,6 +14,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from futures.worker.sweep import SLICE_KEYS
 from futures.worker.table import (
     FIRED_PREFIX,
     INDEX_PREFIX,
@@ -62,7 +63,7 @@ def test_a_firing_deletes_its_timers_with_few_records_and_the_sweep_tombstones_e
     listing = [s for s in rig.changelog() if (s.key or b"").startswith(FIRED_PREFIX)]
     assert 0 < len(listing) <= 6  # one per piece, not one per timer
     assert {key[9:].decode() for key, _ in rig.deletions()} == fired
-    assert rig.table(0).unswept(10**9).records
+    assert rig.table(0).fired_listings(10**9)
 
     before = len(rig.changelog())
     asyncio.run(rig.engine.sweep())
@@ -71,8 +72,28 @@ def test_a_firing_deletes_its_timers_with_few_records_and_the_sweep_tombstones_e
     assert tombstoned == fired and all(s.value is None for s in swept if s.key != b"m:progress")
     # Each listing's tombstone after the timers it listed.
     assert {s.key for s in swept if (s.key or b"").startswith(FIRED_PREFIX)} == {s.key for s in listing}
-    assert rig.table(0).unswept(10**9).records == []
+    assert rig.table(0).fired_listings(10**9) == []
     assert rig.pending_ids() == ["later"]
+
+
+def test_a_sweep_step_lets_the_event_loop_run_while_it_reads(make_rig: MakeRig) -> None:
+    """Precise windows send without the engine lock: a step of thousands of timers must not hold
+    back, in one go, the callbacks due while it reads."""
+    rig = make_rig(fire_chunk_size=3000)
+    _hot_second(rig)
+    turns = 0
+
+    async def sweep_beside_a_sender() -> None:
+        nonlocal turns
+        sweeping = asyncio.ensure_future(rig.engine.sweep())
+        while not sweeping.done():
+            turns += 1
+            await asyncio.sleep(0)
+        await sweeping
+
+    asyncio.run(sweep_beside_a_sender())
+    assert rig.table(0).fired_listings(10**9) == []
+    assert turns >= 3000 // SLICE_KEYS
 
 
 def test_a_table_rebuilt_from_the_changelog_is_the_same_before_and_after_the_sweep_compacted_or_not(
@@ -171,10 +192,10 @@ def test_a_restarted_worker_sweeps_what_the_one_before_fired(make_rig: MakeRig) 
     records = [(s.key or b"", s.value) for s in rig.changelog()]
     restarted = make_rig(fire_chunk_size=1000)
     restarted.table(0).apply(records, offset=None)  # recovered from the changelog
-    assert restarted.table(0).unswept(10**9).records
+    assert restarted.table(0).fired_listings(10**9)
     restarted.tick(T + 2)  # its first tick notes the partition for the sweep
     asyncio.run(restarted.engine.sweep())
-    assert restarted.table(0).unswept(10**9).records == []
+    assert restarted.table(0).fired_listings(10**9) == []
     tombstoned = [
         s for s in restarted.changelog() if (s.key or b"").startswith(TIMER_PREFIX) and s.value is None
     ]
@@ -252,13 +273,15 @@ def test_the_sweep_takes_exactly_the_listed_timers_the_table_no_longer_holds(
             ]
             table.apply(again + moved, offset=2, pending_delta=len(again) + len(moved))
 
-            unswept = table.unswept(10**9)
+            listings = table.fired_listings(10**9)
+            assert [key for _, listed in listings for key in listed] == fired
+            # Read a listing at a time, as the sweep reads slices of them.
+            found = [table.unswept(listed) for _, listed in listings]
             gone = [
                 key for key, (_, fate) in zip(keys, timers, strict=True) if fate in ("fired", "fired, moved")
             ]
-            assert [key for _, listed in unswept.records for key in listed] == gone
-            assert unswept.listed == len(fired)
-            assert sorted(unswept.stale_index) == sorted(
+            assert [key for unswept in found for key in unswept.gone] == gone
+            assert sorted(index_key for unswept in found for index_key in unswept.stale_index) == sorted(
                 INDEX_PREFIX + key[9:] for key, (_, fate) in zip(keys, timers, strict=True) if fate == "fired"
             )
         finally:
