@@ -28,12 +28,12 @@ import asyncio
 import logging
 import time
 from collections.abc import Callable
-
-from confluent_kafka import KafkaError
+from itertools import repeat
+from operator import attrgetter
 
 from futures.worker.callbacks import Callback
 from futures.worker.changelog import Changes, commit
-from futures.worker.context import EngineContext, callback_bytes, piece_count
+from futures.worker.context import CALLBACK_OVERHEAD_BYTES, EngineContext, piece_count
 from futures.worker.join import RequestFrontier
 from futures.worker.kafka import Deliveries
 from futures.worker.prepare import prepare
@@ -58,6 +58,10 @@ _SETTLE_BUDGET_SHARE = 8
 _FRONTIER_POLL_S = 0.005
 #: How long a window that must read on waits before it tries again (ms).
 _READ_POLL_MS = 1
+#: Timers a window sends at most between two looks at its partition and the clock.
+_SEND_AT_ONCE = 500
+
+_key, _value = attrgetter("key"), attrgetter("value")
 
 
 class PreciseMode:
@@ -156,12 +160,12 @@ class PreciseMode:
         # engine lock for a changelog write, and at 100 k timers a second a settle every 500
         # would queue on the lock ahead of ingest, the ticks and the window's own reading on.
         settling: list[asyncio.Task[None]] = []
-        sent: list[tuple[Callback, int]] = []  # and when each was sent
+        sent: list[Callback] = []
+        sent_at: list[int] = []  # when each was sent (epoch ms)
         # The timers the budget had no room for when the window opened, read as it frees.
         reading = None if window.complete else asyncio.create_task(self._read_on(window))
         try:
             deliveries = Deliveries()
-            topics: dict[str, KafkaError | None] = {}  # callback topics looked up, for this window
             sent_bytes = 0
             # The window's join point: the requests written before it must be applied first.
             join_ms, joined = (window.second - 2) * 1000, False
@@ -174,7 +178,8 @@ class PreciseMode:
                 if next_due is None and not window.complete:
                     await window.wait(_READ_POLL_MS / 1000)  # for _read_on to find more
                     continue
-                wait_ms = (end_ms if next_due is None else next_due) - ctx.clock()
+                now = ctx.clock()
+                wait_ms = (end_ms if next_due is None else next_due) - now
                 if wait_ms > 0:
                     await window.wait(wait_ms / 1000)  # an earlier timer offered meanwhile cuts it short
                     continue
@@ -186,22 +191,20 @@ class PreciseMode:
                     if not joined:
                         await window.wait(_FRONTIER_POLL_S)
                         continue
-                callback = window.pop(load)
-                if callback is None:
-                    continue  # cancelled or replaced meanwhile
-                fired_ms = ctx.clock()
-                ctx.dispatch.callbacks.put(callback, str(fired_ms).encode(), deliveries, len(sent), topics)
-                window.sent.add(callback.key)
-                sent.append((callback, fired_ms))
-                sent_bytes += callback_bytes(callback)
+                # Every timer due by now, in one go: a hot second has a hundred a millisecond.
+                due = window.pop_due(now, load, _SEND_AT_ONCE)  # cancelled or replaced ones left out
+                ctx.dispatch.callbacks.put_all(due, str(now).encode(), deliveries, sent)
+                sent_at.extend(repeat(now, len(due)))
+                window.sent.update(map(_key, due))
+                sent_bytes += sum(map(len, map(_value, due))) + CALLBACK_OVERHEAD_BYTES * len(due)
                 if (len(sent) >= _SETTLE_EVERY or sent_bytes >= settle_bytes) and (
                     not settling or settling[-1].done()
                 ):
-                    settling.append(asyncio.create_task(self._settle(window, sent, deliveries)))
-                    deliveries, sent, sent_bytes = Deliveries(), [], 0
+                    settling.append(asyncio.create_task(self._settle(window, sent, sent_at, deliveries)))
+                    deliveries, sent, sent_at, sent_bytes = Deliveries(), [], [], 0
             window.closing = True
             if sent and not window.abandoned:  # revoked too: what it sent is settled before the rejoin
-                settling.append(asyncio.create_task(self._settle(window, sent, deliveries)))
+                settling.append(asyncio.create_task(self._settle(window, sent, sent_at, deliveries)))
                 sent = []
         finally:
             window.closing = True
@@ -209,7 +212,7 @@ class PreciseMode:
                 reading.cancel()
             # Open until its timers are deleted: the tick of its second waits for that (Windows.done).
             settled = await asyncio.gather(*settling, return_exceptions=True)
-            window.settled(c for c, _ in sent)  # left in the table, for the new owner: at least once
+            window.settled(sent)  # left in the table, for the new owner: at least once
             window.release()
             self.windows.close(window)
         for outcome in settled:
@@ -229,8 +232,11 @@ class PreciseMode:
             return True
         return False
 
-    async def _settle(self, window: Window, sent: list[tuple[Callback, int]], deliveries: Deliveries) -> None:
-        """Once their delivery reports are in, record a window's sent timers and delete them.
+    async def _settle(
+        self, window: Window, sent: list[Callback], sent_at: list[int], deliveries: Deliveries
+    ) -> None:
+        """Once their delivery reports are in, record a window's sent timers (``sent_at``: when
+        each was sent) and delete them.
 
         A failure stops the worker at once (``on_failure``), before the window sends on.
         """
@@ -241,11 +247,10 @@ class PreciseMode:
             async with ctx.lock:
                 if window.abandoned:
                     return  # the new owner sends them again: at least once
-                callbacks = [c for c, _ in sent]
-                outcome = ctx.dispatch.settle(callbacks, deliveries, [f for _, f in sent])
+                outcome = ctx.dispatch.settle(sent, deliveries, sent_at)
                 await ctx.dispatch.deliver_dead_letters(outcome)
                 part = Changes()
-                done = [sent[i] for i in outcome.done if sent[i][0].key not in window.removed]
+                done = [(sent[i], sent_at[i]) for i in outcome.done if sent[i].key not in window.removed]
                 # A series' next occurrence, in the same write and before the tombstone.
                 armed = arm_next(ctx, done, {partition: part})
                 part.fired.extend(callback.key for callback, _ in done)
@@ -258,4 +263,4 @@ class PreciseMode:
             self._on_failure(exc)
             raise
         finally:
-            window.settled(c for c, _ in sent)
+            window.settled(sent)

@@ -138,6 +138,17 @@ class Window:
             return None
         return callback
 
+    def pop_due(self, now_ms: int, load: Callable[[bytes], Callback | None], limit: int) -> list[Callback]:
+        """The callbacks of the timers due by ``now_ms``, earliest first, at most ``limit`` of them
+        (:meth:`pop` each: those cancelled, replaced or gone are left out)."""
+        heap, pop = self.heap, self.pop
+        due: list[Callback] = []
+        while heap and heap[0][0] <= now_ms and len(due) < limit:
+            callback = pop(load)
+            if callback is not None:
+                due.append(callback)
+        return due
+
     def settled(self, callbacks: Iterable[Callback]) -> None:
         """``callbacks`` it sent are settled (or left to the table): their bytes are free."""
         self.gauge.used -= sum(callback_bytes(c) for c in callbacks)

@@ -10,11 +10,14 @@ from pathlib import Path
 
 import pytest
 
+from futures.worker.callbacks import Callback
 from futures.worker.config import WorkerConfig
+from futures.worker.prepare import prepare
 from futures.worker.table import table_key
-from futures.worker.windows import Window, Windows
+from futures.worker.windows import Item, Window, Windows
 from ktimers.config import CommonConfig, KafkaConfig
 from ktimers.errors import DeliveryError
+from ktimers.wire import Future, StoredTimer
 from tests.worker.fakes import transient_error
 from tests.worker.rig import Kind, Rig, T
 
@@ -290,3 +293,25 @@ def test_a_second_larger_than_the_budget_is_read_on_as_it_sends_and_cancels_stil
         assert rig.fatal == []
     finally:
         rig.close()
+
+
+def test_a_window_hands_out_the_timers_due_by_now_in_due_order_and_never_one_due_later() -> None:
+    windows = Windows(1 << 20, lambda exc: None)
+    window = windows.new(0, T)
+
+    def timer(timer_id: str, due_ms: int) -> Item:
+        key = table_key(due_ms, timer_id)
+        future = Future(callBackTopic="orders", callBackKey="k", id=timer_id, due_ms=due_ms)
+        return due_ms, key, prepare(key, 0, StoredTimer(future=future).SerializeToString())
+
+    for timer_id, due_ms in [("c", START + 30), ("a", START + 10), ("later", START + 500), ("b", START + 20)]:
+        window.add(timer(timer_id, due_ms))
+    window.removed.add(table_key(START + 20, "b"))  # cancelled meanwhile
+
+    def no_table(key: bytes) -> Callback | None:
+        raise AssertionError("nothing was deferred")
+
+    assert [c.timer_id for c in window.pop_due(START + 5, no_table, 10)] == []
+    assert [c.timer_id for c in window.pop_due(START + 30, no_table, 1)] == ["a"]
+    assert [c.timer_id for c in window.pop_due(START + 30, no_table, 10)] == ["c"]  # b left out
+    assert window.next_due() == START + 500
