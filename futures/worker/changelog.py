@@ -68,6 +68,7 @@ class Changes:
         return bool(
             self.records
             or self.fired
+            or self.stale_index
             or self.watermark is not None
             or self.request_offset is not None
             or self.topic_offsets

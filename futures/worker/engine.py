@@ -161,8 +161,11 @@ class TimerEngine:
             self._woken.clear()
             await self._gather()
             await self.fire_ready()
-            if not self._waiting and await self._sweep.step():
+            if not self._waiting and await self._sweep.step(give_way=self._ticks_wait):
                 self._woken.set()  # more to sweep: after what woke the engine meanwhile
+
+    def _ticks_wait(self) -> bool:
+        return bool(self._waiting)
 
     async def _gather(self) -> None:
         """Second mode: wait at most TICK_GATHER_S for the rest of a second's ticks.

@@ -8,7 +8,8 @@ recovery gives the same table. But a compacted changelog keeps each key's last
 record, so every fired timer's put would stay in it, and come back on a replay that
 starts past its ``f`` record's deletion: the sweep writes each listed timer's
 tombstone, then the ``f`` record's own, in one changelog write, a bounded number at a
-time (:meth:`Sweep.step`, run by :meth:`TimerEngine.run` when no tick waits).
+time (:meth:`Sweep.step`, run by :meth:`TimerEngine.run` when no tick waits, and cut short
+when one comes: the next step goes on where it stopped).
 
 A timer put again under the same key since it fired (the same id due at the same
 time) gets no tombstone: it is pending, and its put comes after the ``f`` record in the
@@ -20,7 +21,7 @@ and with it the id index entries its timers left (see :mod:`futures.worker.table
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 
 from futures.worker.changelog import Ahead, Changes, commit
 from futures.worker.context import EngineContext
@@ -39,16 +40,22 @@ class Sweep:
         self._ctx = ctx
         #: Partitions whose tables may hold ``f`` records: every partition the worker fires.
         self._partitions: set[int] = set()
+        #: Where a step cut short stopped: the partition, its ``f`` record and how many of the
+        #: keys it lists are tombstoned. The next step goes on from there.
+        self._stopped: tuple[int, bytes, int] | None = None
 
     def note(self, partitions: Iterable[int]) -> None:
         """``partitions`` fired (or may hold ``f`` records from before a restart)."""
         self._partitions.update(partitions)
 
-    async def step(self, max_keys: int = STEP_KEYS) -> bool:
+    async def step(self, max_keys: int = STEP_KEYS, give_way: Callable[[], bool] | None = None) -> bool:
         """Tombstone up to about ``max_keys`` swept timers and their ``f`` records; whether more are left.
 
         Each timer's tombstone is produced as its slice is read (:class:`Ahead`), before its
         record's, which the write's :func:`commit` produces with the id index entries to delete.
+        ``give_way``: asked before each slice; once it says True (a tick waits for the engine
+        lock), the step reads no more and writes what it has, so a tick waits for at most a
+        slice and the write, not a whole step.
         """
         ctx = self._ctx
         if not self._partitions:
@@ -70,13 +77,30 @@ class Sweep:
                     continue
                 part = changes[partition] = Changes()
                 for fired_key, listed in listings:
-                    for at in range(0, len(listed), SLICE_KEYS):
+                    at = self._resumed(partition, fired_key)
+                    while at < len(listed):
+                        if give_way is not None and give_way():
+                            self._stopped = (partition, fired_key, at)
+                            await commit(ctx, changes, ahead=ahead)
+                            return True
                         unswept = table.unswept(listed[at : at + SLICE_KEYS])
                         ahead.tombstones(ctx, partition, unswept.gone)
                         part.stale_index.extend(unswept.stale_index)
+                        at += SLICE_KEYS
+                        left -= SLICE_KEYS
                         await asyncio.sleep(0)
                     part.records.append((fired_key, None))
-                    left -= len(listed)
             if changes:
                 await commit(ctx, changes, ahead=ahead)
             return left <= 0
+
+    def _resumed(self, partition: int, fired_key: bytes) -> int:
+        """How many of the keys ``fired_key`` (``partition``'s oldest ``f`` record left) lists a
+        step cut short tombstoned already."""
+        stopped = self._stopped
+        if stopped is None or stopped[0] != partition:
+            return 0
+        self._stopped = None
+        # Another record: the one it stopped in was swept since (its partition went elsewhere
+        # and came back): this one from the start.
+        return stopped[2] if stopped[1] == fired_key else 0

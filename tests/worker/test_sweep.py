@@ -96,6 +96,36 @@ def test_a_sweep_step_lets_the_event_loop_run_while_it_reads(make_rig: MakeRig) 
     assert turns >= 3000 // SLICE_KEYS
 
 
+def test_a_sweep_step_gives_way_to_a_tick_and_the_next_goes_on_where_it_stopped(make_rig: MakeRig) -> None:
+    rig = make_rig(fire_chunk_size=3000)
+    _hot_second(rig)
+    fired = set(rig.fired())
+    before = len(rig.changelog())
+    asked = 0
+
+    def a_tick_after_two_slices() -> bool:
+        nonlocal asked
+        asked += 1
+        return asked > 2
+
+    assert asyncio.run(rig.engine._sweep.step(give_way=a_tick_after_two_slices))  # more to sweep
+    cut = rig.changelog()[before:]
+    assert len([s for s in cut if (s.key or b"").startswith(TIMER_PREFIX)]) == 2 * SLICE_KEYS
+    assert not [s for s in cut if (s.key or b"").startswith(FIRED_PREFIX)]  # its record stays
+
+    asyncio.run(rig.engine.sweep())
+    swept = rig.changelog()[before:]
+    tombstoned = [(s.key or b"")[9:].decode() for s in swept if (s.key or b"").startswith(TIMER_PREFIX)]
+    assert sorted(tombstoned) == sorted(fired)  # each fired timer once
+    assert rig.table(0).fired_listings(10**9) == []
+    # Each record's tombstone after those of every timer it lists.
+    listings = {s.key: s.value for s in rig.changelog()[:before] if (s.key or b"").startswith(FIRED_PREFIX)}
+    for at, record in enumerate(swept):
+        if (record.key or b"").startswith(FIRED_PREFIX):
+            listed = set(unpack_keys(listings[record.key] or b""))
+            assert listed and not listed & {s.key for s in swept[at:]}
+
+
 def test_a_table_rebuilt_from_the_changelog_is_the_same_before_and_after_the_sweep_compacted_or_not(
     make_rig: MakeRig,
 ) -> None:
