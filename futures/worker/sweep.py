@@ -31,7 +31,7 @@ from futures.worker.context import EngineContext
 STEP_KEYS = 5000
 #: Listed timers read and tombstoned between two chances for the event loop to run (~1 ms):
 #: precise windows send without the engine lock, and a step read in one go (5,000 timers:
-#: ~8 ms, more once their index entries are on disk) held back every callback due meanwhile.
+#: ~8 ms, more once their index entries are on disk) would hold back every callback due meanwhile.
 SLICE_KEYS = 250
 
 

@@ -237,9 +237,10 @@ def _options() -> Options:
     opts.set_max_write_buffer_number(WRITE_BUFFERS)
     opts.set_write_buffer_manager(MEMTABLES.manager)
     # L0 uncompressed, LZ4 below (RocksDB's tuning guide): compressing every memtable flushed
-    # cost Snappy's 1,200 instructions an accepted timer, 5 % of ingest (make bench-engine),
-    # for files that a compaction soon reads and writes again, compressed, into the levels
-    # that hold nearly all of a large table.
+    # would cost Snappy's 1,200 instructions an accepted timer, 5 % of ingest (make
+    # bench-engine), for files that a compaction soon reads and writes again, compressed, into
+    # the levels that hold nearly all of a large table. With dynamic level sizes, the second
+    # entry is the level compactions write first, which holds a small table whole.
     opts.set_num_levels(_LEVELS)
     opts.set_compression_per_level(
         [_UNCOMPRESSED] * _UNCOMPRESSED_LEVELS + [_LZ4] * (_LEVELS - _UNCOMPRESSED_LEVELS)

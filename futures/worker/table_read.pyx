@@ -4,7 +4,7 @@
 Every fired timer is read by :meth:`~futures.worker.table.PartitionTimers.due_items` twice in
 second mode (its callback built ahead of the tick, then the tick's scan) and once in precise
 mode; taking each item off RocksDB's iterator in the interpreter, with its count and bytes,
-cost a few dozen bytecodes a timer.
+costs a few dozen bytecodes a timer.
 """
 
 def take_due(items, Py_ssize_t max_count, max_bytes):
