@@ -68,7 +68,6 @@ from rocksdict import (
     BlockBasedOptions,
     Cache,
     DbClosedError,
-    DBCompressionType,
     Options,
     Rdict,
     ReadOptions,
@@ -222,10 +221,6 @@ WRITE_BUFFERS = 2
 MEMTABLE_BLOOM_RATIO = 0.02
 #: Level 0 files that start a compaction into the level below (RocksDB's default).
 L0_COMPACTION_TRIGGER = 4
-#: RocksDB's levels (its default); L0, where memtables are flushed to, stored uncompressed.
-_LEVELS = 7
-_UNCOMPRESSED_LEVELS = 1
-_UNCOMPRESSED, _LZ4 = DBCompressionType.none(), DBCompressionType.lz4()
 
 
 def _options() -> Options:
@@ -236,15 +231,6 @@ def _options() -> Options:
     opts.set_write_buffer_size(WRITE_BUFFER_BYTES)
     opts.set_max_write_buffer_number(WRITE_BUFFERS)
     opts.set_write_buffer_manager(MEMTABLES.manager)
-    # L0 uncompressed, LZ4 below (RocksDB's tuning guide): compressing every memtable flushed
-    # would cost Snappy's 1,200 instructions an accepted timer, 5 % of ingest (make
-    # bench-engine), for files that a compaction soon reads and writes again, compressed, into
-    # the levels that hold nearly all of a large table. With dynamic level sizes, the second
-    # entry is the level compactions write first, which holds a small table whole.
-    opts.set_num_levels(_LEVELS)
-    opts.set_compression_per_level(
-        [_UNCOMPRESSED] * _UNCOMPRESSED_LEVELS + [_LZ4] * (_LEVELS - _UNCOMPRESSED_LEVELS)
-    )
     # Nearly every id a request brings is new: its index lookup misses, and a miss searched
     # each memtable's skip list from the top. A bloom filter over whole keys answers most of
     # them; it takes 2 % of each memtable, inside the memtables' cap.

@@ -334,8 +334,7 @@ def test_a_table_dropped_without_closing_is_closed_when_collected(tmp_path: Path
 
 
 def test_a_large_table_is_stored_compressed_on_disk(tmp_path: Path) -> None:
-    """Memtables are flushed uncompressed into L0; the levels a compaction writes, which hold
-    nearly all of a large table, are compressed."""
+    """The levels a compaction writes, which hold nearly all of a large table, are compressed."""
     db = Rdict(str(tmp_path / "t.db"), table_options())
     raw = 0
     for n in range(60_000):
