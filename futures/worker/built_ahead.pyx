@@ -7,10 +7,8 @@ while the worker waits for its tick (:meth:`BuiltAhead.fill`), and the tick's sc
 way in the interpreter.
 """
 
-from futures.worker.context import CALLBACK_OVERHEAD_BYTES
+from futures.worker.context import callback_bytes
 from futures.worker.prepare import prepare
-
-cdef Py_ssize_t _OVERHEAD = CALLBACK_OVERHEAD_BYTES
 
 
 cdef class BuiltAhead:
@@ -52,7 +50,7 @@ cdef class BuiltAhead:
                 self.count += 1
             else:
                 self.held -= old[2]
-            held = len(callback.value) + _OVERHEAD + len(stored)
+            held = callback_bytes(callback) + len(stored)
             ready[key] = (callback, stored, held)
             self.held += held
 

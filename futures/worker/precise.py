@@ -33,7 +33,7 @@ from operator import attrgetter
 
 from futures.worker.callbacks import Callback
 from futures.worker.changelog import Changes, commit
-from futures.worker.context import CALLBACK_OVERHEAD_BYTES, EngineContext, piece_count
+from futures.worker.context import EngineContext, callback_bytes, piece_count
 from futures.worker.join import RequestFrontier
 from futures.worker.kafka import Deliveries
 from futures.worker.prepare import prepare
@@ -61,7 +61,7 @@ _READ_POLL_MS = 1
 #: Timers a window sends at most between two looks at its partition and the clock.
 _SEND_AT_ONCE = 500
 
-_key, _value = attrgetter("key"), attrgetter("value")
+_key = attrgetter("key")
 
 
 class PreciseMode:
@@ -196,7 +196,7 @@ class PreciseMode:
                 ctx.dispatch.callbacks.put_all(due, str(now).encode(), deliveries, sent)
                 sent_at.extend(repeat(now, len(due)))
                 window.sent.update(map(_key, due))
-                sent_bytes += sum(map(len, map(_value, due))) + CALLBACK_OVERHEAD_BYTES * len(due)
+                sent_bytes += sum(map(callback_bytes, due))
                 if (len(sent) >= _SETTLE_EVERY or sent_bytes >= settle_bytes) and (
                     not settling or settling[-1].done()
                 ):
