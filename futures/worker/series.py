@@ -51,7 +51,8 @@ def arm_next(
     for callback, floor_ms in fired:
         if not callback.occurrence:
             continue
-        stored = ctx.tables(callback.partition).get_raw(callback.key)
+        table = ctx.tables(callback.partition)
+        stored = table.get_raw(callback.key)
         if stored is None:
             continue  # cancelled or replaced while its callback was on its way: the series ends here
         timer = StoredTimer.FromString(stored)
@@ -66,6 +67,7 @@ def arm_next(
         # Before the tombstone: a write cut short between the two leaves the series armed, and
         # the tombstone leaves the id's index entry to the put (PartitionTimers.apply).
         part.records.append((key, value))
+        table.note_put_again(following.id)  # the sweep must not take the entry this put makes
         part.pending_delta += 1
         offers.append((callback.partition, due_ms, key, value))
         ctx.dispatch.event(

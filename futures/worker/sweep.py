@@ -15,7 +15,9 @@ A timer put again under the same key since it fired (the same id due at the same
 time) gets no tombstone: it is pending, and its put comes after the ``f`` record in the
 changelog. The tombstones change nothing in the table (the timers are gone), so they
 are written to the changelog only; the ``f`` record's tombstone removes it from the table,
-and with it the id index entries its timers left (see :mod:`futures.worker.table`).
+and with it the id index entries its timers left (see :mod:`futures.worker.table`): read
+first where the id may have been put again since, unread where the table knows it was not
+(:meth:`~futures.worker.table.PartitionTimers.trust_listings`).
 """
 
 from __future__ import annotations
@@ -45,8 +47,15 @@ class Sweep:
         self._stopped: tuple[int, bytes, int] | None = None
 
     def note(self, partitions: Iterable[int]) -> None:
-        """``partitions`` fired (or may hold ``f`` records from before a restart)."""
+        """``partitions`` fire now (or may hold ``f`` records from before a restart). Under the
+        engine lock, before the firing."""
+        partitions = list(partitions)
         self._partitions.update(partitions)
+        if not self._ctx.config.precise:
+            # A firing holds the engine lock from its scan to its write: the index entries of
+            # what it lists need no reading (PartitionTimers.trust_listings).
+            for partition in partitions:
+                self._ctx.tables(partition).trust_listings()
 
     async def step(self, max_keys: int = STEP_KEYS, give_way: Callable[[], bool] | None = None) -> bool:
         """Tombstone up to about ``max_keys`` swept timers and their ``f`` records; whether more are left.
@@ -83,7 +92,7 @@ class Sweep:
                             self._stopped = (partition, fired_key, at)
                             await commit(ctx, changes, ahead=ahead)
                             return True
-                        unswept = table.unswept(listed[at : at + SLICE_KEYS])
+                        unswept = table.unswept(listed[at : at + SLICE_KEYS], fired_key)
                         ahead.tombstones(ctx, partition, unswept.gone)
                         part.stale_index.extend(unswept.stale_index)
                         at += SLICE_KEYS

@@ -27,7 +27,9 @@ changelog is the same either way; it stays in the table until the sweep
 compaction, and then its own. A live firing leaves the fired timers' id index entries
 (deleting each is a random insert into the memtable, on the path between a tick and
 its callbacks): the sweep's write deletes them, and until then an entry counts only
-while its timer is in the table.
+while its timer is in the table. The sweep reads an entry before it deletes it (the id
+may have been put again since it fired) only where it cannot know it unread
+(:meth:`PartitionTimers.trust_listings`).
 
 The progress record closes every changelog write. Its request offset makes
 applying `timer-request` idempotent: records at or below it were applied
@@ -99,6 +101,10 @@ _U64_MAX = 2**64 - 1
 
 #: Where the id starts in a timer key (after TIMER_PREFIX and the 8-byte due time).
 _TIMER_ID_AT = len(TIMER_PREFIX) + _U64.size
+
+#: The id index entries a table remembers its lookups found, for the sweep (bytes of their
+#: keys): past it, it forgets them, and the sweep reads the entries of every timer listed so far.
+FOUND_ENTRIES_BYTES = 256 * 1024
 
 NO_WATERMARK = -1
 NO_OFFSET = -1
@@ -289,6 +295,11 @@ class PartitionTimers:
         self._low_known = False
         #: The sequence number of the next ``f`` record: past every one the table holds.
         self._fired_seq = self._last_fired_seq() + 1
+        #: The first ``f`` record whose timers' index entries the sweep deletes unread (None:
+        #: none), and the entries a lookup found since (:meth:`trust_listings`).
+        self._trusted_from: int | None = None
+        self._found: set[bytes] = set()
+        self._found_bytes = 0
 
     def _last_fired_seq(self) -> int:
         it = self._db.iter()
@@ -371,8 +382,12 @@ class PartitionTimers:
     def due_of_id(self, timer_id: bytes) -> int | None:
         """:meth:`due_of` by the id's UTF-8 bytes (ingest has them already); as :meth:`dues_of_ids`,
         an entry counts only while its timer is in the table."""
-        raw = self._db.get(INDEX_PREFIX + timer_id)
-        if raw is None or self._db.get(TIMER_PREFIX + raw + timer_id) is None:
+        index_key = INDEX_PREFIX + timer_id
+        raw = self._db.get(index_key)
+        if raw is None:
+            return None
+        self._note_found([index_key])
+        if self._db.get(TIMER_PREFIX + raw + timer_id) is None:
             return None
         return int(_U64.unpack(raw)[0])
 
@@ -385,10 +400,12 @@ class PartitionTimers:
         is checked against its timer, with a second MultiGet. Nearly every id a request
         brings is new and has no entry: that costs nothing more.
         """
-        raws: list[bytes | None] = self._db.get([INDEX_PREFIX + i for i in timer_ids])  # type: ignore[assignment]
+        index_keys = [INDEX_PREFIX + i for i in timer_ids]
+        raws: list[bytes | None] = self._db.get(index_keys)  # type: ignore[arg-type, assignment]
         dues: list[int | None] = [None] * len(raws)
         found = [(n, raw) for n, raw in enumerate(raws) if raw is not None]
         if found:
+            self._note_found([index_keys[n] for n, _ in found])
             keys = [TIMER_PREFIX + raw + timer_ids[n] for n, raw in found]
             timers: list[bytes | None] = self._db.get(keys)  # type: ignore[arg-type, assignment]
             unpack = _U64.unpack
@@ -476,22 +493,74 @@ class PartitionTimers:
             max_keys -= len(listing)
             if max_keys <= 0:
                 break
+        if not listed:
+            self._forget_found()  # they mattered only to the timers listed before they were found
         return listed
 
-    def unswept(self, listed: list[bytes]) -> Unswept:
-        """What the sweep's write takes along for the timer keys ``listed`` (an ``f`` record's, or
-        part of them): see :class:`Unswept`. The timers are read by a scan of their range
-        (:meth:`_held`), their index entries with one MultiGet."""
+    def unswept(self, listed: list[bytes], fired_key: bytes) -> Unswept:
+        """What the sweep's write takes along for the timer keys ``listed`` (the ``f`` record
+        ``fired_key``'s, or part of them): see :class:`Unswept`. The timers are read by a scan
+        of their range (:meth:`_held`); their index entries with one MultiGet, but those the
+        table knows unread (:meth:`trust_listings`)."""
         held = self._held(listed)
         gone = [key for key in listed if key not in held] if held else listed
         index_keys = [INDEX_PREFIX + key[_TIMER_ID_AT:] for key in gone]
-        points: list[bytes | None] = self._db.get(index_keys)  # type: ignore[arg-type, assignment]
+        found = self._found
+        if self._trusts(fired_key):
+            if not found or found.isdisjoint(index_keys):
+                return Unswept(gone, index_keys)
+            read = [index_key for index_key in index_keys if index_key in found]
+        else:
+            read = index_keys
+        raws: list[bytes | None] = self._db.get(read)  # type: ignore[arg-type, assignment]
+        points = dict(zip(read, raws, strict=True))
         stale = [
             index_key
-            for key, index_key, points_at in zip(gone, index_keys, points, strict=True)
-            if points_at == key[1:_TIMER_ID_AT]
+            for key, index_key in zip(gone, index_keys, strict=True)
+            if points.get(index_key, key[1:_TIMER_ID_AT]) == key[1:_TIMER_ID_AT]
         ]
         return Unswept(gone, stale)
+
+    def trust_listings(self) -> None:
+        """Let the sweep delete the index entries of the timers this table lists from now on
+        without reading them, but for the ids a lookup found an entry of since.
+
+        For a firing that scans, sends and deletes its timers under the engine lock (second
+        mode): a timer it lists was in the table until its ``f`` record, so its id's entry
+        pointed at it, and still does unless the id was put again since. A live write puts
+        only timers whose ids it looked up first (:meth:`dues_of_ids`, which notes each entry
+        it finds: such an id was put before) or a series' next occurrence
+        (:meth:`note_put_again`). Not for precise mode, whose windows send timers before
+        their ``f`` records: an id put again in between, then forgotten
+        (:data:`FOUND_ENTRIES_BYTES`), would lose its new entry. A replay of the changelog
+        ends the trust: it puts without looking up.
+        """
+        if self._trusted_from is None:
+            self._trusted_from = self._fired_seq
+
+    def note_put_again(self, timer_id: str) -> None:
+        """``timer_id`` is put again without a lookup (a series' next occurrence): its index
+        entry is read before the sweep deletes it."""
+        self._note_found([INDEX_PREFIX + timer_id.encode()])
+
+    def _trusts(self, fired_key: bytes) -> bool:
+        trusted_from = self._trusted_from
+        return trusted_from is not None and _U64.unpack_from(fired_key, len(FIRED_PREFIX))[0] >= trusted_from
+
+    def _note_found(self, index_keys: list[bytes]) -> None:
+        if self._trusted_from is None:
+            return  # the sweep reads every entry
+        self._found.update(index_keys)
+        self._found_bytes += sum(map(len, index_keys))
+        if self._found_bytes > FOUND_ENTRIES_BYTES:
+            # Too many to keep: the entries of the timers listed so far are read, and the
+            # sweep trusts the records written from now on.
+            self._forget_found()
+            self._trusted_from = self._fired_seq
+
+    def _forget_found(self) -> None:
+        self._found.clear()
+        self._found_bytes = 0
 
     def _held(self, keys: list[bytes]) -> set[bytes]:
         """Those of the timer ``keys`` the table holds.
@@ -566,8 +635,11 @@ class PartitionTimers:
             self.persisted_offset = offset
         if pending_delta is None:
             # A replay: a timer kept below the watermark by its writer is put before the
-            # progress that passed it, so the low mark is found anew when next needed.
+            # progress that passed it, so the low mark is found anew when next needed. Its
+            # puts were not looked up: the sweep reads the entries of what is listed so far.
             self._low_known = False
+            self._trusted_from = None
+            self._forget_found()
         elif self._low_known:
             self._low_ms = low
 
