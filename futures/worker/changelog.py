@@ -103,12 +103,9 @@ class Ahead:
         )
 
 
-async def commit(
-    ctx: EngineContext, changes: dict[int, Changes], *, send_now: bool = False, ahead: Ahead | None = None
-) -> None:
+async def commit(ctx: EngineContext, changes: dict[int, Changes], *, ahead: Ahead | None = None) -> None:
     """Write ``changes`` to the changelog, wait for them, then apply them to the local tables.
 
-    ``send_now``: the records do not linger in the producer (:meth:`KafkaWriter.delivered`).
     ``ahead``: what of the write is produced already (an ingest step's records, the sweep's
     tombstones).
 
@@ -134,7 +131,7 @@ async def commit(
         writer.produce_many(changelog, partition, islice(staged[partition], done, None), deliveries)
     side = dispatch.take_side()  # this write's events and dead letters
     groups = (deliveries,) if ahead is None else (deliveries, ahead.deliveries)
-    await writer.delivered(*groups, side, send_now=send_now)
+    await writer.delivered(*groups, side)
     for group in groups:
         group.raise_first("changelog")
     side.raise_first("event or dead-letter")
@@ -148,7 +145,7 @@ async def commit(
         )
         staged[partition].append(tail)
         writer.produce(changelog, tail[0], tail[1], partition=partition, deliveries=deliveries)
-    await writer.delivered(deliveries, send_now=send_now)
+    await writer.delivered(deliveries)
     deliveries.raise_first("changelog")
     for partition, records in staged.items():
         part = changes[partition]

@@ -166,8 +166,7 @@ class Ingest:
         """Write an ingest step to the changelog (``ahead``: what of it is produced already) and
         the tables, then fire the timers it accepted already due, as a tick fires (they are in
         the table by then)."""
-        # The step waits for its records alone: a linger would be time it holds the requests.
-        await commit(self._ctx, changes, send_now=True, ahead=ahead)
+        await commit(self._ctx, changes, ahead=ahead)
         late = {p: self._ctx.tables(p).watermark for p, part in changes.items() if part.late}
         if late:
             await self._fire(late)

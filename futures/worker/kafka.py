@@ -119,7 +119,7 @@ _POLL_SOON_S = 0.001
 _POLL_SOON_FOR_S = 0.1
 _POLL_LATER_S = 0.01
 
-#: How long :meth:`KafkaWriter.delivered` blocks to send lingering records at once (s).
+#: How long :meth:`KafkaWriter.delivered` blocks to send the awaited records at once (s).
 SEND_NOW_S = 0.001
 
 #: ``partition`` of :meth:`KafkaWriter.produce` when the producer's partitioner chooses (librdkafka's UA).
@@ -227,13 +227,15 @@ class KafkaWriter:
             except (BufferError, KafkaException):
                 _queue_into(quiet, topic, key, value, partition, report)
 
-    async def delivered(self, *groups: Deliveries, send_now: bool = False) -> None:
+    async def delivered(self, *groups: Deliveries) -> None:
         """Wait until every record of ``groups`` has its delivery report.
 
-        ``send_now``: do not let the records linger. librdkafka waits ``linger.ms`` for more
-        records before it sends a batch, and skips that wait only while a flush blocks (a
-        ``flush(0)`` returns before its broker thread looks); so this blocks for
-        :data:`SEND_NOW_S`. For writes that wait for their records alone, as an ingest step.
+        The records do not linger: librdkafka waits ``linger.ms`` for more records before it
+        sends a batch, and skips that wait only while a flush blocks (a ``flush(0)`` returns
+        before its broker thread looks, and delayed the reports by a millisecond more than no
+        flush); so this blocks for :data:`SEND_NOW_S` first. What is awaited is sent now: the
+        linger batches what nobody waits for yet (precise mode's windows, a firing's next
+        piece while this one's reports come in).
 
         A group with quiet records (:meth:`produce_many`) is delivered once the quiet producer
         holds nothing more: neither records nor failures to report.
@@ -251,11 +253,10 @@ class KafkaWriter:
         waits_reports = any(group.pending for group in groups)
         if not waits_quiet and not waits_reports:
             return
-        # These records are awaited.
         if waits_reports:
-            producer.flush(SEND_NOW_S if send_now else 0)
+            producer.flush(SEND_NOW_S)
         if waits_quiet and quiet is not producer:
-            quiet.flush(SEND_NOW_S if send_now else 0)
+            quiet.flush(SEND_NOW_S)
         waited = 0.0
         while True:
             producer.poll(0)
