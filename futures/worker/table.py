@@ -102,9 +102,22 @@ _U64_MAX = 2**64 - 1
 #: Where the id starts in a timer key (after TIMER_PREFIX and the 8-byte due time).
 _TIMER_ID_AT = len(TIMER_PREFIX) + _U64.size
 
-#: The id index entries a table remembers its lookups found, for the sweep (bytes of their
-#: keys): past it, it forgets them, and the sweep reads the entries of every timer listed so far.
-FOUND_ENTRIES_BYTES = 256 * 1024
+
+class FoundIds:
+    """One cap on the index entries that the partition tables of the process remember their
+    lookups found, for their sweeps (:meth:`PartitionTimers.trust_listings`): bytes, each entry
+    counted with its Python object and its slot in a set. A table whose note passes the cap
+    forgets its own, and its sweep reads the entries of every timer it listed so far."""
+
+    #: What an entry costs beside its key's bytes: the bytes object's header and a set slot.
+    ENTRY_BYTES = 64
+
+    def __init__(self, cap: int) -> None:
+        self.cap = cap
+        self.used = 0
+
+
+FOUND_IDS = FoundIds(1024 * 1024)
 
 NO_WATERMARK = -1
 NO_OFFSET = -1
@@ -531,9 +544,9 @@ class PartitionTimers:
         only timers whose ids it looked up first (:meth:`dues_of_ids`, which notes each entry
         it finds: such an id was put before) or a series' next occurrence
         (:meth:`note_put_again`). Not for precise mode, whose windows send timers before
-        their ``f`` records: an id put again in between, then forgotten
-        (:data:`FOUND_ENTRIES_BYTES`), would lose its new entry. A replay of the changelog
-        ends the trust: it puts without looking up.
+        their ``f`` records: an id put again in between, then forgotten (:class:`FoundIds`),
+        would lose its new entry. A replay of the changelog ends the trust: it puts without
+        looking up.
         """
         if self._trusted_from is None:
             self._trusted_from = self._fired_seq
@@ -551,8 +564,10 @@ class PartitionTimers:
         if self._trusted_from is None:
             return  # the sweep reads every entry
         self._found.update(index_keys)
-        self._found_bytes += sum(map(len, index_keys))
-        if self._found_bytes > FOUND_ENTRIES_BYTES:
+        added = sum(map(len, index_keys)) + FoundIds.ENTRY_BYTES * len(index_keys)
+        self._found_bytes += added
+        FOUND_IDS.used += added
+        if FOUND_IDS.used > FOUND_IDS.cap:
             # Too many to keep: the entries of the timers listed so far are read, and the
             # sweep trusts the records written from now on.
             self._forget_found()
@@ -560,6 +575,7 @@ class PartitionTimers:
 
     def _forget_found(self) -> None:
         self._found.clear()
+        FOUND_IDS.used -= self._found_bytes
         self._found_bytes = 0
 
     def _held(self, keys: list[bytes]) -> set[bytes]:
@@ -667,6 +683,7 @@ class PartitionTimers:
             return False
 
     def close(self) -> None:
+        self._forget_found()
         self._db.close()
 
     def destroy(self) -> None:

@@ -203,7 +203,7 @@ def test_a_table_that_forgets_the_ids_it_found_reads_the_entries_of_what_it_list
 ) -> None:
     # Every id found is one too many to remember: the sweep reads the entries of the timers
     # listed before, and keeps those the ids put again made.
-    monkeypatch.setattr(table_module, "FOUND_ENTRIES_BYTES", 0)
+    monkeypatch.setattr(table_module.FOUND_IDS, "cap", 0)
     rig = make_rig(fire_chunk_size=1000)
     _hot_second(rig, n=500)
     rig.ingest(rig.request("t00001", T_MS + 9000))

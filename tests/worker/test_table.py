@@ -15,6 +15,7 @@ from rocksdict import Options, Rdict
 
 from futures.worker.table import (
     FIRED_PREFIX,
+    FOUND_IDS,
     INDEX_PREFIX,
     MEMTABLES,
     MEMTABLES_BYTES,
@@ -297,6 +298,27 @@ def test_the_tables_memtables_share_one_budget_however_many_partitions_a_worker_
     finally:
         for table in tables:
             table.close()
+
+
+def test_the_ids_the_tables_remember_for_their_sweeps_share_one_budget(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Each table's lookups find every id they look up (each is put again): past the cap, the
+    # table noting forgets its own notes; a closed table gives its share back.
+    monkeypatch.setattr(FOUND_IDS, "cap", 10_000)
+    before = FOUND_IDS.used
+    tables = [PartitionTimers(tmp_path / f"p{n}.db") for n in range(4)]
+    try:
+        for n, table in enumerate(tables):
+            table.trust_listings()
+            ids = [f"id{n}-{i}" for i in range(100)]
+            table.apply([(table_key(T_MS, i), b"v") for i in ids], offset=0, pending_delta=len(ids))
+            table.dues_of_ids([i.encode() for i in ids])
+            assert before < FOUND_IDS.used <= before + 10_000
+    finally:
+        for table in tables:
+            table.close()
+    assert FOUND_IDS.used == before
 
 
 def test_writes_wait_for_flushes_rather_than_pile_memtables_past_the_budget_behind_a_slow_disk(
