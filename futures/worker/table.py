@@ -102,23 +102,6 @@ _U64_MAX = 2**64 - 1
 #: Where the id starts in a timer key (after TIMER_PREFIX and the 8-byte due time).
 _TIMER_ID_AT = len(TIMER_PREFIX) + _U64.size
 
-
-class FoundIds:
-    """One cap on the index entries that the partition tables of the process remember their
-    lookups found, for their sweeps (:meth:`PartitionTimers.trust_listings`): bytes, each entry
-    counted with its Python object and its slot in a set. A table whose note passes the cap
-    forgets its own, and its sweep reads the entries of every timer it listed so far."""
-
-    #: What an entry costs beside its key's bytes: the bytes object's header and a set slot.
-    ENTRY_BYTES = 64
-
-    def __init__(self, cap: int) -> None:
-        self.cap = cap
-        self.used = 0
-
-
-FOUND_IDS = FoundIds(1024 * 1024)
-
 NO_WATERMARK = -1
 NO_OFFSET = -1
 
@@ -233,6 +216,24 @@ class MemtableCap:
 
 
 MEMTABLES = MemtableCap(MEMTABLES_BYTES)
+
+
+class FoundIds:
+    """One cap on the index entries that the partition tables of the process remember their
+    lookups found, for their sweeps (:meth:`PartitionTimers.trust_listings`): bytes, each entry
+    counted with its Python object and its slot in a set. A table whose note passes the cap
+    forgets its own, and its sweep reads the entries of every timer it listed so far."""
+
+    #: What an entry costs beside its key's bytes: the bytes object's header and a set slot.
+    ENTRY_BYTES = 64
+
+    def __init__(self, cap: int) -> None:
+        self.cap = cap
+        self.used = 0
+
+
+FOUND_IDS = FoundIds(1024 * 1024)
+
 #: Each partition table's memtables: WRITE_BUFFERS of WRITE_BUFFER_BYTES at most (bytes).
 WRITE_BUFFER_BYTES = 8 * 1024 * 1024
 WRITE_BUFFERS = 2
@@ -563,8 +564,10 @@ class PartitionTimers:
     def _note_found(self, index_keys: list[bytes]) -> None:
         if self._trusted_from is None:
             return  # the sweep reads every entry
-        self._found.update(index_keys)
-        added = sum(map(len, index_keys)) + FoundIds.ENTRY_BYTES * len(index_keys)
+        found = self._found
+        new = [key for key in index_keys if key not in found]  # an id found again costs nothing more
+        found.update(new)
+        added = sum(map(len, new)) + FoundIds.ENTRY_BYTES * len(new)
         self._found_bytes += added
         FOUND_IDS.used += added
         if FOUND_IDS.used > FOUND_IDS.cap:

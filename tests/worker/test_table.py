@@ -315,6 +315,10 @@ def test_the_ids_the_tables_remember_for_their_sweeps_share_one_budget(
             table.apply([(table_key(T_MS, i), b"v") for i in ids], offset=0, pending_delta=len(ids))
             table.dues_of_ids([i.encode() for i in ids])
             assert before < FOUND_IDS.used <= before + 10_000
+        # An id found again is remembered once.
+        used = FOUND_IDS.used
+        tables[0].dues_of_ids([f"id0-{i}".encode() for i in range(100)])
+        assert FOUND_IDS.used == used
     finally:
         for table in tables:
             table.close()
