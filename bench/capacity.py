@@ -5,9 +5,10 @@
 One embedded broker (or ``KAFKA_BOOTSTRAP_SERVERS``), one worker. First a hot second
 with nothing else pending; then far-future timers are loaded (batched requests) up to each
 ``--pending`` total in turn, and at each a hot second of ``--hot`` timers fires ``--repeat``
-times. Reported per step: worker RSS, RocksDB size, the broker's RSS, the fire rate and how
-it compares with the rate at the size before, and the load average (the machine may be shared:
-rates mean something only next to it and next to each other, measured in the same run). The
+times. Reported per step: the worker's RSS (its peak during the hot seconds, and at rest after
+them), RocksDB size, the broker's RSS, the fire rate and how it compares with the rate at the
+size before, and the load average (the machine may be shared: rates mean something only next to
+it and next to each other, measured in the same run). The
 figures go to the ``capacity`` part of ``docs/bench/results.json``; docs/BENCHMARKS.md shows them.
 """
 
@@ -23,8 +24,12 @@ from bench.cluster import REPO, ServiceStack, open_broker, run_dir, service_stac
 from bench.fire import FireContext, scheduled
 from bench.render import render
 from bench.results import CapacityRun, CapacityStep, store
+from bench.sampler import Sampler
 from bench.service import KafkaTimers
 from bench.workload import UNFIRED_TOPIC, far_future, load
+
+#: How long the worker is left idle after a size's hot seconds before its memory at rest is read (s).
+REST_S = 3.0
 
 
 def _load_avg() -> str:
@@ -59,16 +64,22 @@ def measure(targets: list[int], hot: int, repeat: int, work: Path) -> list[Capac
                 step.load_avg = _load_avg()
                 # Right after a large load RocksDB is still compacting it, on the CPU the hot second needs.
                 step.compaction_owed_gb = stack.metric_sum("timers_table_compaction_pending_bytes") / 1e9
-                for i in range(repeat):
-                    fire = scheduled(ctx, system, f"hot-{target}-{i}", hot, 1.0, 0.1)
-                    step.rates.append(fire.fire_rate)
-                    step.last_ms.append(fire.lateness.max_ms)
-                    step.early += fire.lateness.early
-                    print(
-                        f"{step.pending:,} pending: hot second of {hot:,} at {fire.fire_rate:,.0f}/s, "
-                        f"last {fire.lateness.max_ms:,.0f} ms after due",
-                        flush=True,
-                    )
+                with Sampler(lambda: float(stack.worker_rss_bytes()), 0.2) as rss:
+                    for i in range(repeat):
+                        fire = scheduled(ctx, system, f"hot-{target}-{i}", hot, 1.0, 0.1)
+                        step.rates.append(fire.fire_rate)
+                        step.last_ms.append(fire.lateness.max_ms)
+                        step.early += fire.lateness.early
+                        print(
+                            f"{step.pending:,} pending: hot second of {hot:,} at {fire.fire_rate:,.0f}/s, "
+                            f"last {fire.lateness.max_ms:,.0f} ms after due",
+                            flush=True,
+                        )
+                step.peak_rss_mb = max(rss.peak, stack.worker_rss_bytes()) / 1e6
+                # At rest: the hot seconds' timers swept, and the worker idle long enough to have
+                # handed back what they freed (futures/worker/malloc.py).
+                _settled_pending(stack, pending)
+                time.sleep(REST_S)
                 step.rss_mb = stack.worker_rss_bytes() / 1e6
                 step.data_gb = stack.data_bytes() / 1e9
                 broker_rss = broker.rss_bytes()

@@ -412,8 +412,8 @@ def capacity_growth_block(run: CapacityRun) -> Block:
         f"Run on {run.when}: `{run.command}`, on {run.cores} cores; a hot second of {run.hot:,} timers at "
         f"each size, {run.repeat} times (median, then each).",
         "",
-        "| pending | loaded in | worker RSS | RocksDB on disk | compaction owed | broker RSS | hot second "
-        "| vs. the size before | last callback after due | early | load |",
+        "| pending | loaded in | worker RSS: peak, firing → at rest | RocksDB on disk | compaction owed "
+        "| broker RSS | hot second | vs. the size before | last callback after due | early | load |",
         "|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for s, share in zip(run.steps, run.shares(), strict=True):
@@ -423,9 +423,10 @@ def capacity_growth_block(run: CapacityRun) -> Block:
         owed = "—" if s.compaction_owed_gb is None else f"{s.compaction_owed_gb:.2f} GB"
         loaded = "—" if not s.load_s else f"{s.load_s:.0f} s"
         vs = "—" if share is None else f"{share:.0%}"
+        rss = f"{s.peak_rss_mb:,.0f} → {s.rss_mb:,.0f} MB" if s.peak_rss_mb else f"{s.rss_mb:,.0f} MB"
         last = ", ".join(f"{m:,.0f}" for m in s.last_ms)
         lines.append(
-            f"| {s.pending:,} | {loaded} | {s.rss_mb:,.0f} MB | {s.data_gb:.2f} GB | {owed} | {broker} "
+            f"| {s.pending:,} | {loaded} | {rss} | {s.data_gb:.2f} GB | {owed} | {broker} "
             f"| **{median:,.0f}/s** ({each}) | {vs} | {last} ms | {s.early} | {s.load_avg} |"
         )
     return lines

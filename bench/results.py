@@ -215,7 +215,10 @@ class CapacityStep:
 
     pending: int
     load_s: float = 0.0
+    #: The worker's resident memory at rest, once the hot seconds are swept (MB).
     rss_mb: float = 0.0
+    #: Its highest resident memory during the hot seconds, sampled every 0.2 s (MB; 0 if not measured).
+    peak_rss_mb: float = 0.0
     data_gb: float = 0.0
     broker_gb: float | None = None
     #: Compaction the worker's tables owed as the hot seconds began (GB; RocksDB's estimate).

@@ -292,10 +292,14 @@ class _Size:
     """One size of a `make bench-capacity` run, as the 10 M targets read it."""
 
     pending: int
+    #: The worker's highest RSS while it fired the size's hot seconds (its RSS after them, in
+    #: runs that did not sample the peak): what it holds, the fire budget's bytes included.
     rss_mb: float
     #: The hot second's rate as a share of the first, smallest size's (None for the first size).
     vs_first: float | None
     when: str
+    #: Whether ``rss_mb`` is the peak.
+    peak: bool = False
 
 
 #: The 10 M targets and how a `make bench-capacity` size shows them: (figure, limit, at least?, format).
@@ -311,7 +315,8 @@ def _from_capacity_run(verdict: Verdict, size: _Size) -> Verdict:
     value = get(size)
     if value is None:
         return verdict
-    measured = f"{fmt(value)} at {size.pending:,} pending (`make bench-capacity`, {size.when})"
+    what = " at its peak, firing," if verdict.phase == "capacity-load" and size.peak else ""
+    measured = f"{fmt(value)}{what} at {size.pending:,} pending (`make bench-capacity`, {size.when})"
     if (value >= limit) if at_least else (value <= limit):
         return Verdict(verdict.target, measured, MET, phase=verdict.phase, see=verdict.see)
     gap = short_by(value, limit) if at_least else f"over by {fmt(value - limit)}"
@@ -325,7 +330,7 @@ def evaluate(runs: Sequence[Results], capacity: CapacityRun | None = None) -> li
     sizes = []
     if capacity is not None:
         sizes = [
-            _Size(step.pending, step.rss_mb, share, capacity.when)
+            _Size(step.pending, step.peak_rss_mb or step.rss_mb, share, capacity.when, bool(step.peak_rss_mb))
             for step, share in zip(capacity.steps, capacity.shares_of_first(), strict=True)
         ]
     largest = max((s for s in sizes if s.pending >= CAPACITY_TARGET), key=lambda s: s.pending, default=None)

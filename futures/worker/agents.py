@@ -18,6 +18,7 @@ from faust.types import StreamT
 
 from futures.worker.config import WorkerConfig
 from futures.worker.engine import TimerEngine
+from futures.worker.malloc import RELEASE_EVERY_S, FreedMemory
 from futures.worker.transport import BulkRoute, route_in_bulk
 
 log = logging.getLogger(__name__)
@@ -74,3 +75,12 @@ def register_agents(app: faust.App, engine: TimerEngine, config: WorkerConfig) -
             log.critical("firing failed, stopping the worker: %r", exc, exc_info=True)
             await app.crash(exc)
             raise
+
+    freed = FreedMemory()
+
+    @app.timer(RELEASE_EVERY_S)
+    async def release_freed_memory() -> None:
+        """After a burst, hand what it freed back to the OS, between engine steps (malloc.py)."""
+        if engine.idle and freed.due():
+            released = await asyncio.to_thread(freed.release)
+            log.debug("handed %.1f MB of freed memory back to the OS", released / 1e6)

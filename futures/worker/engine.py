@@ -167,6 +167,11 @@ class TimerEngine:
     def _ticks_wait(self) -> bool:
         return bool(self._waiting)
 
+    @property
+    def idle(self) -> bool:
+        """No engine step under way and no tick waiting: a moment for housekeeping."""
+        return not self._waiting and not self._ctx.lock.locked()
+
     async def _gather(self) -> None:
         """Second mode: wait at most TICK_GATHER_S for the rest of a second's ticks.
 

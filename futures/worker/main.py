@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import ctypes
 import gc
 import logging
 import os
@@ -10,6 +9,7 @@ import sys
 from collections.abc import Sequence
 
 from futures.worker.config import WORKER_ENV, WorkerConfig
+from futures.worker.malloc import limit_malloc_arenas
 from ktimers.cli import Parser, command_parser, parse_args
 from ktimers.config import SHARED_ENV
 from ktimers.errors import TimersError
@@ -19,29 +19,6 @@ log = logging.getLogger("futures.worker.main")
 
 #: Allocations between two young-generation collections (CPython's default is 700).
 GC_GEN0_THRESHOLD = 50_000
-
-#: glibc malloc arenas the worker's threads share, unless ``MALLOC_ARENA_MAX`` says otherwise.
-MALLOC_ARENAS = 2
-_M_ARENA_MAX = -8  # glibc's malloc.h
-
-
-def limit_malloc_arenas(arenas: int = MALLOC_ARENAS) -> bool:
-    """Have glibc's malloc keep to ``arenas`` arenas; whether it was set here.
-
-    glibc gives threads arenas of their own, up to eight per core, and what is freed in one
-    arena is reused only by the threads that allocate from it: RocksDB's flush and compaction
-    threads and librdkafka's each hold some, 15-60 MB of a worker's resident memory in all
-    at 1-10 M pending timers. Set before those threads start. ``MALLOC_ARENA_MAX`` in the
-    environment (which glibc reads itself) is left to decide; where the C library is not
-    glibc there is nothing to set.
-    """
-    if "MALLOC_ARENA_MAX" in os.environ:
-        return False
-    try:
-        mallopt = ctypes.CDLL(None).mallopt
-    except (OSError, AttributeError):
-        return False
-    return bool(mallopt(_M_ARENA_MAX, arenas))
 
 
 def build_parser() -> Parser:

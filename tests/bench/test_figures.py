@@ -10,7 +10,7 @@ import pytest
 
 from bench.aggregate import of_fire, rate, spread
 from bench.profiling import summarize
-from bench.render import render, targets_block
+from bench.render import capacity_growth_block, render, targets_block
 from bench.results import OURS, REDIS, CapacityRun, CapacityStep, Fire, ProfileSummary, Results, Throughput
 from bench.stats import burst_rate, lateness, rate_series, rise_rate
 from bench.targets import MET, MISSED, NOT_MEASURED, evaluate, short_by
@@ -199,6 +199,16 @@ def test_the_10_m_targets_are_judged_by_the_capacity_report_when_the_runs_loaded
     # A report that stopped short of 10 M judges nothing.
     short = {v.target: v for v in evaluate(runs, _capacity((0, 150, 50_000), (1_000_000, 190, 47_500)))}
     assert short["10 M pending: worker RSS ≤ 300 MB"].status == NOT_MEASURED
+
+
+def test_the_10_m_memory_target_is_judged_by_the_peak_while_firing_not_the_memory_at_rest():
+    runs = [_run(50_000, 100_000, max_late_ms=2000)]
+    at_10m = _capacity((0, 150, 50_000), (10_000_000, 240, 50_000))
+    at_10m.steps[-1].peak_rss_mb = 310
+    rss = {v.target: v for v in evaluate(runs, at_10m)}["10 M pending: worker RSS ≤ 300 MB"]
+    assert (rss.status, rss.gap) == (MISSED, "over by 10 MB")
+    assert rss.measured.startswith("310 MB at its peak, firing, at 10,000,000 pending")
+    assert "| 10,000,000 | — | 310 → 240 MB |" in "\n".join(capacity_growth_block(at_10m))
 
 
 DOCS = Path(__file__).resolve().parents[2] / "docs"

@@ -10,14 +10,14 @@ import textwrap
 
 import pytest
 
-from futures.worker.main import MALLOC_ARENAS, limit_malloc_arenas
+from futures.worker.malloc import MALLOC_ARENAS, limit_malloc_arenas
 
 # Threads that allocate at once, then the arenas glibc's malloc made for them (malloc_info's
 # <heap> elements; the main arena is one of them).
 _ARENAS = textwrap.dedent(
     """
     import ctypes, re, sys, tempfile, threading
-    from futures.worker.main import limit_malloc_arenas
+    from futures.worker.malloc import limit_malloc_arenas
     if sys.argv[1] == "limit":
         limit_malloc_arenas()
     libc = ctypes.CDLL(None)
