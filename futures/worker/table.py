@@ -24,9 +24,12 @@ tombstone per timer would cost a produce and a delivery report each. Applied, li
 or replayed, an ``f`` record deletes the timers it lists, so a table rebuilt from the
 changelog is the same either way; it stays in the table until the sweep
 (:mod:`futures.worker.sweep`) has written each listed timer's own tombstone, for
-compaction, and then its own. A live firing leaves the fired timers' id index entries
-(deleting each is a random insert into the memtable, on the path between a tick and
-its callbacks): the sweep's write deletes them, and until then an entry counts only
+compaction, and then its own. Applied live, an ``f`` record whose timers are all the
+table holds from its first to its last (a firing's, as a rule: they were scanned
+together) deletes them with one RocksDB range tombstone, not one tombstone each
+(:func:`~futures.worker.table_write.fill`). A live firing leaves the fired timers' id
+index entries (deleting each is a random insert into the memtable, on the path between
+a tick and its callbacks): the sweep's write deletes them, and until then an entry counts only
 while its timer is in the table. The sweep reads an entry before it deletes it (the id
 may have been put again since it fired) only where it cannot know it unread
 (:meth:`PartitionTimers.trust_listings`).
@@ -514,18 +517,24 @@ class PartitionTimers:
     def unswept(self, listed: list[bytes], fired_key: bytes) -> Unswept:
         """What the sweep's write takes along for the timer keys ``listed`` (the ``f`` record
         ``fired_key``'s, or part of them): see :class:`Unswept`. The timers are read by a scan
-        of their range (:meth:`_held`); their index entries with one MultiGet, but those the
-        table knows unread (:meth:`trust_listings`)."""
-        held = self._held(listed)
-        gone = [key for key in listed if key not in held] if held else listed
-        index_keys = [INDEX_PREFIX + key[_TIMER_ID_AT:] for key in gone]
-        found = self._found
+        of their range (:meth:`_held`), their index entries with one MultiGet; where the table
+        knows them unread (:meth:`trust_listings`), only those of the ids put again since."""
         if self._trusts(fired_key):
+            # Only an id put again since can have a timer under a listed key, or a newer entry.
+            found = self._found
+            index_keys = [INDEX_PREFIX + key[_TIMER_ID_AT:] for key in listed]
             if not found or found.isdisjoint(index_keys):
-                return Unswept(gone, index_keys)
+                return Unswept(listed, index_keys)
+            again = [key for key, index_key in zip(listed, index_keys, strict=True) if index_key in found]
+            present: list[bytes | None] = self._db.get(again)  # type: ignore[arg-type, assignment]
+            held = {key for key, value in zip(again, present, strict=True) if value is not None}
+            gone = [key for key in listed if key not in held] if held else listed
+            index_keys = [INDEX_PREFIX + key[_TIMER_ID_AT:] for key in gone]
             read = [index_key for index_key in index_keys if index_key in found]
         else:
-            read = index_keys
+            held = self._held(listed)
+            gone = [key for key in listed if key not in held] if held else listed
+            read = index_keys = [INDEX_PREFIX + key[_TIMER_ID_AT:] for key in gone]
         raws: list[bytes | None] = self._db.get(read)  # type: ignore[arg-type, assignment]
         points = dict(zip(read, raws, strict=True))
         stale = [

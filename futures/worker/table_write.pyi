@@ -8,6 +8,7 @@ FIRED_PREFIX: bytes
 INDEX_PREFIX: bytes
 PROGRESS_KEY: bytes
 TOPIC_PROGRESS_PREFIX: bytes
+RANGE_MIN_KEYS: int
 
 def fill(
     batch: WriteBatch,

@@ -11,8 +11,10 @@ It names the key spaces it reads; :mod:`futures.worker.table` describes them all
 """
 
 import struct
+from itertools import islice
 
 from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_GET_SIZE
+from rocksdict import ReadOptions
 
 from futures.worker.fired_keys import unpack_keys
 
@@ -34,6 +36,9 @@ cdef bytes _PROGRESS_KEY = PROGRESS_KEY
 cdef bytes _TOPIC_PROGRESS = TOPIC_PROGRESS_PREFIX
 #: Where the id starts in a timer key (after TIMER_PREFIX and the 8-byte due time).
 cdef Py_ssize_t _ID_AT = len(TIMER_PREFIX) + 8
+#: Fired timers an ``f`` record lists at least for them to be deleted by one range tombstone.
+RANGE_MIN_KEYS = 16
+cdef Py_ssize_t _RANGE_MIN_KEYS = RANGE_MIN_KEYS
 
 
 cdef inline bint _starts(bytes key, bytes prefix):
@@ -57,6 +62,8 @@ cdef class _Write:
     # one's tombstone, a new version may be put before the old one's).
     cdef dict indexed
     cdef list unindexed
+    # Timer keys this write puts (live): a range tombstone later in the batch would delete them.
+    cdef list put_keys
 
     def __cinit__(self, batch, db, bint replay, list unindexed):
         self.batch = batch
@@ -66,6 +73,35 @@ cdef class _Write:
         self.present = {}
         self.indexed = {}
         self.unindexed = unindexed
+        self.put_keys = []
+
+    cdef void delete_fired(self, list listed) except *:
+        """Delete the fired timers ``listed`` (live): with one range tombstone where they are all
+        the table holds from the first to the last, else one tombstone each.
+
+        A firing's timers lie together in due order, and a tombstone each is a random insert
+        into the memtable, flushed and compacted later. The table is read to be sure of the
+        range: a timer it holds between them (kept for a retry, accepted late, a precise
+        window's not yet sent), or put earlier in this write, keeps them apart.
+        """
+        cdef Py_ssize_t count = len(listed)
+        cdef bytes first, last, key
+        if count >= _RANGE_MIN_KEYS:
+            first, last = listed[0], listed[count - 1]
+            end = last + b"\x00"  # the key right after ``last``
+            bounded = ReadOptions()
+            bounded.set_iterate_upper_bound(end)
+            held = list(islice(self.db.keys(from_key=first, read_opt=bounded), count + 1))
+            if held == listed:
+                for key in self.put_keys:
+                    if first <= key <= last:
+                        break
+                else:
+                    self.batch.delete_range(first, end)
+                    return
+        delete = self.batch.delete
+        for key in listed:
+            delete(key)
 
     cdef bint _exists(self, bytes key):
         existed = self.present.get(key)
@@ -126,6 +162,8 @@ def fill(batch, db, records, bint replay, bytes below, low, stale_index, topic_o
                 write.present[key] = True
             put(key, value)
             indexed[index_key] = key[1:_ID_AT]
+            if not replay:
+                write.put_keys.append(key)
             if key < below:
                 due = _U64.unpack_from(key, PyBytes_GET_SIZE(_TIMER))[0]
                 low = due if low is None else min(low, due)
@@ -139,10 +177,8 @@ def fill(batch, db, records, bint replay, bytes below, low, stale_index, topic_o
                     write.delete_timer(timer_key)
             else:
                 # Live, the timers only: their index entries, no longer valid (dues_of_ids),
-                # go when the sweep takes this record. Deleting one is a random insert into
-                # the memtable: 16 % of a fired timer's cost.
-                for timer_key in unpack_keys(value):
-                    delete(timer_key)
+                # go when the sweep takes this record.
+                write.delete_fired(unpack_keys(value))
             seq = _U64.unpack_from(key, PyBytes_GET_SIZE(_FIRED))[0]
             fired_seq = max(fired_seq, seq + 1)
         elif key == _PROGRESS_KEY and value is not None:

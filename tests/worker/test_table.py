@@ -172,6 +172,52 @@ def test_records_applied_in_one_write_leave_the_table_and_index_they_leave_one_a
             at_once.close()
 
 
+# A live firing's write over a table of 40 timers: timers put first (which may fall among the
+# fired ones), then an ``f`` record listing a run of the table's timers in due order, with holes
+# (a timer kept between them) or a timer that is not there.
+_LIVE_DUES = [T_MS + 1000 * n for n in range(6)]
+_LIVE_FIRING = st.tuples(
+    st.lists(st.tuples(st.integers(40, 60), st.sampled_from(_LIVE_DUES)), max_size=3),  # puts first
+    st.integers(0, 24),  # the run's first timer, in due order
+    st.integers(1, 40),  # its length
+    st.sets(st.integers(0, 39), max_size=2),  # holes: timers of the run left out of the record
+    st.booleans(),  # the record lists a timer the table does not hold
+)
+
+
+@settings(max_examples=100, deadline=None)
+@given(_LIVE_FIRING)
+def test_a_live_firing_deletes_exactly_the_timers_it_lists(firing):
+    # Its timers usually lie together and go with one range tombstone: never one it did not list.
+    puts, first, length, holes, absent = firing
+    with tempfile.TemporaryDirectory() as tmp:
+        table = PartitionTimers(Path(tmp) / "live")
+        try:
+            held = [put(_LIVE_DUES[n % 6], f"t{n:02d}") for n in range(40)]
+            table.apply([*held, progress_record(T, -1)], offset=0, pending_delta=len(held))
+            ordered = sorted(key for key, _ in held)
+            listed = [key for n, key in enumerate(ordered[first : first + length], first) if n not in holes]
+            if absent or not listed:
+                listed = sorted([*listed, table_key(_LIVE_DUES[2], "t02-gone")])
+            new = [put(due, f"t{n:02d}") for n, due in puts]
+            record = (FIRED_PREFIX + struct.pack(">Q", 0), pack_keys(listed)[0])
+            table.apply([*new, record, progress_record(T, -1)], offset=1, pending_delta=len(new))
+            expected = ({key for key, _ in held} | {key for key, _ in new}) - set(listed)
+            assert {key for key, _ in table._scan(b"t")} == expected
+        finally:
+            table.close()
+
+
+def test_a_run_of_fired_timers_goes_with_one_range_tombstone_not_one_each(table):
+    held = [put(T_MS + n, f"t{n:03d}") for n in range(100)]
+    table.apply([*held, progress_record(T, -1)], offset=0, pending_delta=100)
+    deletes = table._db.property_int_value("rocksdb.num-deletes-active-mem-table")
+    record = (FIRED_PREFIX + struct.pack(">Q", 0), pack_keys([key for key, _ in held[10:90]])[0])
+    table.apply([record, progress_record(T, -1)], offset=1, pending_delta=-80)
+    assert table._db.property_int_value("rocksdb.num-deletes-active-mem-table") == deletes
+    assert [d.timer_id for d in table.iter_pending()] == [f"t{n:03d}" for n in [*range(10), *range(90, 100)]]
+
+
 def _due_ids(table, limit_ms, max_count):
     return [split_timer_key(key[1:])[1] for key, _ in table.due_items(limit_ms, max_count)]
 
