@@ -42,9 +42,11 @@ class Sweep:
         self._ctx = ctx
         #: Partitions whose tables may hold ``f`` records: every partition the worker fires.
         self._partitions: set[int] = set()
-        #: Where a step cut short stopped: the partition, its ``f`` record and how many of the
-        #: keys it lists are tombstoned. The next step goes on from there.
-        self._stopped: tuple[int, bytes, int] | None = None
+        #: Where steps cut short stopped, by partition: its ``f`` record and how many of the keys
+        #: it lists are tombstoned. The partition's next step goes on from there: what is swept
+        #: has lost its index entries, and an id among them put again since has not been noted
+        #: (the lookup found no entry), so sweeping it again would take the new entry for stale.
+        self._stopped: dict[int, tuple[bytes, int]] = {}
 
     def note(self, partitions: Iterable[int]) -> None:
         """``partitions`` fire now (or may hold ``f`` records from before a restart). Under the
@@ -89,7 +91,7 @@ class Sweep:
                     at = self._resumed(partition, fired_key)
                     while at < len(listed):
                         if give_way is not None and give_way():
-                            self._stopped = (partition, fired_key, at)
+                            self._stopped[partition] = (fired_key, at)
                             await commit(ctx, changes, ahead=ahead)
                             return True
                         unswept = table.unswept(listed[at : at + SLICE_KEYS], fired_key)
@@ -106,10 +108,7 @@ class Sweep:
     def _resumed(self, partition: int, fired_key: bytes) -> int:
         """How many of the keys ``fired_key`` (``partition``'s oldest ``f`` record left) lists a
         step cut short tombstoned already."""
-        stopped = self._stopped
-        if stopped is None or stopped[0] != partition:
-            return 0
-        self._stopped = None
+        stopped = self._stopped.pop(partition, None)
         # Another record: the one it stopped in was swept since (its partition went elsewhere
         # and came back): this one from the start.
-        return stopped[2] if stopped[1] == fired_key else 0
+        return stopped[1] if stopped is not None and stopped[0] == fired_key else 0

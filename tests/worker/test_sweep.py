@@ -161,6 +161,38 @@ def test_a_table_rebuilt_from_the_changelog_is_the_same_before_and_after_the_swe
     assert len(kept) == 2
 
 
+def _cut_after(slices: int):
+    asked = 0
+
+    def a_tick_comes() -> bool:
+        nonlocal asked
+        asked += 1
+        return asked > slices
+
+    return a_tick_comes
+
+
+def test_each_partitions_sweep_goes_on_where_it_stopped_when_another_was_cut_short_since(
+    make_rig: MakeRig,
+) -> None:
+    # Partition 1's sweep is cut short, an id it swept is scheduled again, then partition 0's
+    # sweep (taken first) is cut short too: partition 1's must go on where it stopped, not
+    # sweep what it swept over again and take the new timer's index entry for a stale one.
+    rig = make_rig(fire_chunk_size=3000)
+    rig.ingest(*(rig.request(f"b{i:04d}", T_MS + i % 1000, partition=1) for i in range(1000)))
+    rig.tick(T + 1, partitions=(1,))
+    assert asyncio.run(rig.engine._sweep.step(give_way=_cut_after(2)))
+    rig.ingest(rig.request("b0000", T_MS + 9000, partition=1))
+    rig.ingest(*(rig.request(f"a{i:04d}", T_MS + i % 1000) for i in range(1000)))
+    rig.tick(T + 1, partitions=(0,))
+    assert asyncio.run(rig.engine._sweep.step(give_way=_cut_after(1)))
+    asyncio.run(rig.engine.sweep())
+    assert rig.table(1).fired_listings(10**9) == [] == rig.table(0).fired_listings(10**9)
+    assert rig.table(1).due_of("b0000") == T_MS + 9000
+    rig.ingest(rig.cancel("b0000", partition=1))
+    assert [e.id for e in rig.events(TimerEvent.Kind.CANCELLED)] == ["b0000"]
+
+
 def _indexed_ids(table: PartitionTimers) -> set[str]:
     return {key[len(INDEX_PREFIX) :].decode() for key, _ in table._scan(INDEX_PREFIX)}
 
