@@ -76,11 +76,11 @@ def register_agents(app: faust.App, engine: TimerEngine, config: WorkerConfig) -
             await app.crash(exc)
             raise
 
-    freed = FreedMemory()
+    freed = FreedMemory(engine.metrics.timers_handled)
 
     @app.timer(RELEASE_EVERY_S)
     async def release_freed_memory() -> None:
-        """After a burst, hand what it freed back to the OS, between engine steps (malloc.py)."""
+        """After a burst, once quiet, hand what it freed back to the OS, between engine steps (malloc.py)."""
         if engine.idle and freed.due():
             released = await asyncio.to_thread(freed.release)
             log.debug("handed %.1f MB of freed memory back to the OS", released / 1e6)

@@ -12,6 +12,7 @@ from __future__ import annotations
 import ctypes
 import logging
 import os
+from collections.abc import Callable
 
 log = logging.getLogger(__name__)
 
@@ -19,10 +20,14 @@ log = logging.getLogger(__name__)
 MALLOC_ARENAS = 2
 _M_ARENA_MAX = -8  # glibc's malloc.h
 
-#: Resident growth since the last release after which an idle worker releases again (bytes).
+#: Resident growth since the last release after which a quiet worker releases again (bytes).
 RELEASE_AFTER_BYTES = 16 * 1024 * 1024
 #: How often the worker looks (seconds).
 RELEASE_EVERY_S = 1.0
+#: Timers accepted and fired between two looks below which the worker is quiet. Under load
+#: what is freed is reused at once: releasing it would only have it faulted back in, and the
+#: release holds malloc's locks against the threads that allocate meanwhile.
+QUIET_BELOW = 1000
 
 
 def _libc() -> ctypes.CDLL | None:
@@ -59,17 +64,27 @@ def resident_bytes() -> int:
 
 class FreedMemory:
     """Hands what malloc holds freed back to the OS (glibc's ``malloc_trim``, which releases
-    the free pages inside the heaps too, not only at their top) once the resident memory has
-    grown by ``after_bytes`` since the last time: after a burst, not on every look."""
+    the free pages inside the heaps too, not only at their top) once a burst is over: when the
+    resident memory has grown by ``after_bytes`` since the last time and ``work`` (a count of
+    what the process did: timers accepted and fired) moved by less than ``quiet_below`` since
+    the last look."""
 
-    def __init__(self, after_bytes: int = RELEASE_AFTER_BYTES) -> None:
+    def __init__(
+        self,
+        work: Callable[[], float],
+        after_bytes: int = RELEASE_AFTER_BYTES,
+        quiet_below: float = QUIET_BELOW,
+    ) -> None:
         self._trim = getattr(_libc(), "malloc_trim", None)
-        self._after_bytes = after_bytes
+        self._work, self._quiet_below, self._after_bytes = work, quiet_below, after_bytes
+        self._worked = work()
         self._released_at = resident_bytes()
 
     def due(self) -> bool:
-        """Whether the resident memory grew by ``after_bytes`` since the last release."""
-        return self._trim is not None and resident_bytes() - self._released_at >= self._after_bytes
+        """Whether to release now (call it at every look: it counts the work since the last)."""
+        worked, self._worked = self._worked, self._work()
+        quiet = self._worked - worked < self._quiet_below
+        return quiet and self._trim is not None and resident_bytes() - self._released_at >= self._after_bytes
 
     def release(self) -> int:
         """Hand freed memory back now; the resident bytes it gave up. Blocks for a few

@@ -9,6 +9,7 @@ from collections.abc import Callable, Iterable, Iterator, Mapping
 from prometheus_client import CollectorRegistry, Counter, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
 from prometheus_client.registry import Collector
+from prometheus_client.samples import Sample
 from prometheus_client.utils import floatToGoString
 from rocksdict import DbClosedError
 
@@ -84,6 +85,10 @@ class WorkerMetrics:
             "Callbacks kept for the next tick after a transient delivery error",
             registry=r,
         )
+
+    def timers_handled(self) -> float:
+        """Timers accepted and fired since the worker started."""
+        return sum(sample.value for counter in (self.scheduled, self.fired) for sample in _totals(counter))
 
     def watch_tables(self, partitions: Callable[[], Mapping[int, PartitionTimers]]) -> None:
         """Export pending count, watermark and table sizes of the partitions this worker holds."""
@@ -183,3 +188,8 @@ class _TableCollector(Collector):
             value=MEMTABLES.waited_s,
         )
         yield from (pending, watermark, sst, memtables, compaction, waited)
+
+
+def _totals(counter: Counter) -> list[Sample]:
+    samples = (sample for family in counter.collect() for sample in family.samples)
+    return [sample for sample in samples if sample.name.endswith("_total")]
