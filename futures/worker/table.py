@@ -65,7 +65,6 @@ import time
 import weakref
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
-from itertools import islice
 from pathlib import Path
 
 from rocksdict import (
@@ -81,7 +80,7 @@ from rocksdict import (
 )
 
 from futures.worker.fired_keys import FIRED_RECORD_BYTES, pack_keys, unpack_keys
-from futures.worker.table_read import take_due
+from futures.worker.table_read import keys_between, take_due
 from futures.worker.table_write import (
     FIRED_PREFIX,
     INDEX_PREFIX,
@@ -519,22 +518,20 @@ class PartitionTimers:
         ``fired_key``'s, or part of them): see :class:`Unswept`. The timers are read by a scan
         of their range (:meth:`_held`), their index entries with one MultiGet; where the table
         knows them unread (:meth:`trust_listings`), only those of the ids put again since."""
-        if self._trusts(fired_key):
+        trusted, found = self._trusts(fired_key), self._found
+        if trusted:
             # Only an id put again since can have a timer under a listed key, or a newer entry.
-            found = self._found
             index_keys = [INDEX_PREFIX + key[_TIMER_ID_AT:] for key in listed]
             if not found or found.isdisjoint(index_keys):
                 return Unswept(listed, index_keys)
             again = [key for key, index_key in zip(listed, index_keys, strict=True) if index_key in found]
             present: list[bytes | None] = self._db.get(again)  # type: ignore[arg-type, assignment]
             held = {key for key, value in zip(again, present, strict=True) if value is not None}
-            gone = [key for key in listed if key not in held] if held else listed
-            index_keys = [INDEX_PREFIX + key[_TIMER_ID_AT:] for key in gone]
-            read = [index_key for index_key in index_keys if index_key in found]
         else:
             held = self._held(listed)
-            gone = [key for key in listed if key not in held] if held else listed
-            read = index_keys = [INDEX_PREFIX + key[_TIMER_ID_AT:] for key in gone]
+        gone = [key for key in listed if key not in held] if held else listed
+        index_keys = [INDEX_PREFIX + key[_TIMER_ID_AT:] for key in gone]
+        read = [index_key for index_key in index_keys if index_key in found] if trusted else index_keys
         raws: list[bytes | None] = self._db.get(read)  # type: ignore[arg-type, assignment]
         points = dict(zip(read, raws, strict=True))
         stale = [
@@ -603,10 +600,7 @@ class PartitionTimers:
         """
         if not keys:
             return set()
-        bounded = ReadOptions()
-        bounded.set_iterate_upper_bound(max(keys) + b"\x00")
-        in_range: Iterator[bytes] = self._db.keys(from_key=min(keys), read_opt=bounded)  # type: ignore[assignment]
-        live = list(islice(in_range, len(keys) + 1))
+        live = keys_between(self._db, min(keys), max(keys), len(keys) + 1)
         if len(live) > len(keys):
             found: list[bytes | None] = self._db.get(keys)  # type: ignore[arg-type, assignment]
             return {key for key, value in zip(keys, found, strict=True) if value is not None}

@@ -11,12 +11,11 @@ It names the key spaces it reads; :mod:`futures.worker.table` describes them all
 """
 
 import struct
-from itertools import islice
 
 from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_GET_SIZE
-from rocksdict import ReadOptions
 
 from futures.worker.fired_keys import unpack_keys
+from futures.worker.table_read import keys_between
 
 # The key spaces a write reads (the table of keys: futures/worker/table.py's docstring).
 TIMER_PREFIX = b"t"
@@ -88,16 +87,12 @@ cdef class _Write:
         cdef bytes first, last, key
         if count >= _RANGE_MIN_KEYS:
             first, last = listed[0], listed[count - 1]
-            end = last + b"\x00"  # the key right after ``last``
-            bounded = ReadOptions()
-            bounded.set_iterate_upper_bound(end)
-            held = list(islice(self.db.keys(from_key=first, read_opt=bounded), count + 1))
-            if held == listed:
+            if keys_between(self.db, first, last, count + 1) == listed:
                 for key in self.put_keys:
                     if first <= key <= last:
                         break
                 else:
-                    self.batch.delete_range(first, end)
+                    self.batch.delete_range(first, last + b"\x00")  # to the key right after ``last``
                     return
         delete = self.batch.delete
         for key in listed:
