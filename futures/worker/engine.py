@@ -49,6 +49,9 @@ log = logging.getLogger(__name__)
 #: Second mode: how long the first ticks of a second wait for the same second's ticks of this
 #: worker's other partitions, which a fetch may not have brought with them (seconds).
 TICK_GATHER_S = 0.025
+#: Second mode: how long a second's ticks wait for one of them that requests written just
+#: before it hold back (the next ingest step applies them; seconds).
+JOIN_GATHER_S = 0.1
 
 __all__ = ["TimerEngine", "wall_clock_ms"]
 
@@ -173,31 +176,46 @@ class TimerEngine:
         return not self._waiting and not self._ctx.lock.locked()
 
     async def _gather(self) -> None:
-        """Second mode: wait at most TICK_GATHER_S for the rest of a second's ticks.
+        """Second mode: before a second's ticks fire, wait briefly for those of the same second
+        that cannot fire with them yet, so that all go out as one stream in due order.
 
-        The oscillator ticks every partition at once, but a fetch may bring some of them
-        and the next fetch the rest, and that fetch waits for the firing of the first
-        ones (the fetcher applies an ingest step under the engine lock in between): the
-        timers due first in the later partitions would wait out a whole firing. Fired
-        together, all go out as one stream in due order (:mod:`futures.worker.firing`).
-        Not waited for: a partition whose clock is not one second behind (it is catching
-        up, or its ticks stopped: then it is waited for once).
+        A firing holds the engine lock for as long as the second's timers take to go out
+        (a quarter of a second at 20,000 a second), and a partition left out of it waits for
+        all of it: its most overdue timers then leave last. Two things leave one out:
+
+        * **its tick has not come** (the oscillator ticks every partition at once, but a fetch
+          may bring some of them and the next fetch the rest): waited for at most
+          TICK_GATHER_S, and only for a partition whose clock is one second behind (not one
+          catching up, nor more than once for one whose ticks stopped);
+        * **its tick came, but requests written just before it are not applied yet**
+          (:meth:`WaitingTicks.held`): the fetcher's next ingest step applies them, which the
+          firing would make wait (the step needs the lock). Waited for at most JOIN_GATHER_S,
+          and only for a partition whose frontier is within the second before the tick (not
+          one behind by a backlog).
         """
         if self._precise is not None:
             return
-        deadline = asyncio.get_running_loop().time() + TICK_GATHER_S
+        start = asyncio.get_running_loop().time()
         while True:
             waiting = self._waiting.seconds()
             if not waiting:
                 return
             second = max(waiting.values())
             owns = self._ctx.owns
-            if not any(
+            held = any(
+                waiting[partition] == second and frontier_ms >= (second - 1) * 1000 and owns(partition)
+                for partition, frontier_ms in self._waiting.held().items()
+            )
+            if held:
+                bound_s = JOIN_GATHER_S
+            elif any(
                 clock == second - 1 and partition not in waiting and owns(partition)
                 for partition, clock in self._clocks.items()
             ):
+                bound_s = TICK_GATHER_S
+            else:
                 return
-            left = deadline - asyncio.get_running_loop().time()
+            left = start + bound_s - asyncio.get_running_loop().time()
             if left <= 0:
                 return
             self._woken.clear()

@@ -95,6 +95,22 @@ class WaitingTicks:
             waiting.second = second
         return True
 
+    def held(self) -> dict[int, int]:
+        """Partition → its frontier (epoch ms), of each waiting tick that requests older than it
+        still hold back: what :meth:`claim` would not move all the way to the tick's second
+        (one that has waited ``max_wait_s`` is not held: it fires anyway)."""
+        now = self._monotonic()
+        held: dict[int, int] = {}
+        for partition, waiting in self._waiting.items():
+            frontier_ms = self.frontier.frontier_ms(partition)
+            if (
+                frontier_ms is not None
+                and frontier_ms < waiting.second * 1000
+                and now - waiting.since < self._max_wait_s
+            ):
+                held[partition] = frontier_ms
+        return held
+
     def drop(self, partitions: Iterable[int]) -> None:
         """Forget the ticks of ``partitions`` (revoked: their new owner has ticks of its own)."""
         for partition in partitions:

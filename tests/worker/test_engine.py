@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 from collections import defaultdict
+from collections.abc import Callable
 
 import pytest
 from confluent_kafka import KafkaError
@@ -757,28 +758,42 @@ async def _run_until(rig: Rig, fired: int, within_s: float) -> float:
     return loop.time() - start
 
 
-def test_a_seconds_ticks_fetched_apart_fire_as_one_stream_in_due_order(rig, monkeypatch):
-    # A fetch may bring some partitions' ticks of a second and the next fetch the rest: fired
-    # at once, the first ones' firing would make the others' most overdue timers wait for it.
-    monkeypatch.setattr(engine_module, "TICK_GATHER_S", 30.0)
-    rig.tick(T - 1, partitions=(0, 1, 2, 3))  # every clock one second behind
+def _overdue_in_p0_and_p1(rig: Rig, clocks: tuple[int, ...]) -> None:
+    """The clocks of ``clocks`` one second behind; a timer of partition 1 due early in second T,
+    one of partition 0 due late in it; the worker's clock just past it."""
+    rig.tick(T - 1, partitions=clocks)
     rig.ingest(
         rig.request("late-in-p0", T_MS - 100, partition=0),
         rig.request("early-in-p1", T_MS - 900, partition=1),
     )
     rig.now = T_MS + 10
 
-    async def fetched_apart() -> None:
-        rig.engine.note_ticks([rig.tick_record(T, partition=0), rig.tick_record(T, partition=3)])
-        rig.engine.wake()
-        runner = asyncio.create_task(_run_until(rig, 2, within_s=10))
-        await asyncio.sleep(0.05)
-        assert rig.fired() == []  # waiting for partitions 1 and 2
-        rig.engine.note_ticks([rig.tick_record(T, partition=1), rig.tick_record(T, partition=2)])
-        rig.engine.wake()
-        await runner  # at once, not after the 30 s bound
 
-    asyncio.run(fetched_apart())
+async def _held_then_released(rig: Rig, ticks: list[SourceRecord], release: Callable[[], object]) -> None:
+    """Take ``ticks``: nothing fires while a second's ticks wait for what ``release`` brings (a
+    late tick, requests applied); then both timers go at once (not after the bound, 30 s)."""
+    rig.engine.note_ticks(ticks)
+    rig.engine.wake()
+    runner = asyncio.create_task(_run_until(rig, 2, within_s=10))
+    await asyncio.sleep(0.05)
+    assert rig.fired() == []
+    release()
+    rig.engine.wake()
+    await runner
+
+
+def test_a_seconds_ticks_fetched_apart_fire_as_one_stream_in_due_order(rig, monkeypatch):
+    # A fetch may bring some partitions' ticks of a second and the next fetch the rest: fired
+    # at once, the first ones' firing would make the others' most overdue timers wait for it.
+    monkeypatch.setattr(engine_module, "TICK_GATHER_S", 30.0)
+    _overdue_in_p0_and_p1(rig, clocks=(0, 1, 2, 3))
+    asyncio.run(
+        _held_then_released(
+            rig,
+            [rig.tick_record(T, partition=0), rig.tick_record(T, partition=3)],
+            lambda: rig.engine.note_ticks([rig.tick_record(T, partition=1), rig.tick_record(T, partition=2)]),
+        )
+    )
     assert rig.fired() == ["early-in-p1", "late-in-p0"]
     assert all(rig.table(p).watermark == T for p in range(4))
 
@@ -804,6 +819,50 @@ def test_a_partition_whose_tick_does_not_come_delays_the_others_once_and_briefly
     assert gather_s * 0.9 <= waited < 5  # waited for partition 1's tick, boundedly
     assert then < gather_s  # one second behind no more: not waited for again
     assert rig.table(1).watermark == T - 1
+
+
+def test_a_tick_held_by_requests_written_just_before_it_fires_with_the_others_in_due_order(rig, monkeypatch):
+    # Fired without it, partition 1 would wait for the others' whole firing: the ingest step
+    # that applies its requests needs the engine lock that firing holds.
+    monkeypatch.setattr(engine_module, "JOIN_GATHER_S", 30.0)
+    _overdue_in_p0_and_p1(rig, clocks=(0, 1))
+    rig.frontier.behind[1] = T_MS - 20  # a request written 20 ms before the tick is still to apply
+    asyncio.run(
+        _held_then_released(
+            rig,
+            [rig.tick_record(T, partition=0), rig.tick_record(T, partition=1)],
+            lambda: rig.frontier.behind.pop(1),  # the ingest step applied them
+        )
+    )
+    assert rig.fired() == ["early-in-p1", "late-in-p0"]
+    assert rig.table(0).watermark == rig.table(1).watermark == T
+
+
+@pytest.mark.parametrize(("behind_ms", "delayed"), [(20, True), (3000, False)])
+def test_a_tick_held_by_requests_delays_the_others_boundedly_and_only_if_just_behind(
+    rig, monkeypatch, behind_ms, delayed
+):
+    # Just behind (the next ingest step's requests): the others wait for it, at most
+    # JOIN_GATHER_S. Behind by a backlog: they fire at once.
+    join_gather_s = 0.3
+    monkeypatch.setattr(engine_module, "JOIN_GATHER_S", join_gather_s)
+    rig.tick(T - 1, partitions=(0, 1))
+    rig.ingest(rig.request("in-p0", T_MS - 100, partition=0), rig.request("in-p1", T_MS - 900, partition=1))
+    rig.frontier.behind[1] = T_MS - behind_ms  # and stays there
+    rig.now = T_MS + 10
+
+    async def held() -> float:
+        rig.engine.note_ticks([rig.tick_record(T, partition=0), rig.tick_record(T, partition=1)])
+        rig.engine.wake()
+        return await _run_until(rig, 1, within_s=10)
+
+    waited = asyncio.run(held())
+    assert rig.fired() == ["in-p0"]
+    assert rig.table(1).watermark < T  # its tick still waits for its requests
+    if delayed:
+        assert join_gather_s * 0.9 <= waited < 5
+    else:
+        assert waited < join_gather_s / 2
 
 
 def test_a_tick_waits_for_the_requests_written_before_it(rig):
