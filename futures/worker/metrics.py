@@ -13,6 +13,7 @@ from prometheus_client.samples import Sample
 from prometheus_client.utils import floatToGoString
 from rocksdict import DbClosedError
 
+from futures.worker.destinations import MAX_TOPICS
 from futures.worker.table import MEMTABLES, PartitionTimers
 
 # Lateness buckets (seconds): sub-second resolution matters to users of precise
@@ -93,6 +94,17 @@ class WorkerMetrics:
     def watch_tables(self, partitions: Callable[[], Mapping[int, PartitionTimers]]) -> None:
         """Export pending count, watermark and table sizes of the partitions this worker holds."""
         self.registry.register(_TableCollector(partitions))
+
+    def watch_callback_topics(self, forgotten: Callable[[], int]) -> None:
+        """Export how many callback topics the worker forgot to stay within its bound
+        (``CallbackTopics.forgotten``): a timer of a forgotten topic waits a tick more for a lookup."""
+        self.registry.register(
+            _Count(
+                "timers_callback_topics_forgotten",
+                f"Callback topics forgotten to keep at most {MAX_TOPICS:,} in memory (looked up again)",
+                forgotten,
+            )
+        )
 
     def render(self) -> bytes:
         return generate_latest(self.registry)
@@ -188,6 +200,16 @@ class _TableCollector(Collector):
             value=MEMTABLES.waited_s,
         )
         yield from (pending, watermark, sst, memtables, compaction, waited)
+
+
+class _Count(Collector):
+    """A counter that another object keeps, read at scrape time."""
+
+    def __init__(self, name: str, documentation: str, count: Callable[[], int]) -> None:
+        self._name, self._documentation, self._count = name, documentation, count
+
+    def collect(self) -> Iterator[Metric]:
+        yield CounterMetricFamily(self._name, self._documentation, value=self._count())
 
 
 def _totals(counter: Counter) -> list[Sample]:

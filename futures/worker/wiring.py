@@ -47,6 +47,7 @@ def build(config: WorkerConfig, partitions: int) -> tuple[faust.App, TimerEngine
     quiet = Producer(producer_config(config.common.kafka, config.max_record_bytes, quiet=True))
     writer = KafkaWriter(producer, config.max_record_bytes, quiet=quiet)
     callback_topics = CallbackTopics.of_producer(producer)
+    metrics.watch_callback_topics(lambda: callback_topics.forgotten)
     crashing: set[asyncio.Task[None]] = set()
 
     def crash(exc: BaseException) -> None:

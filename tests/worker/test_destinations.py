@@ -9,6 +9,7 @@ from types import SimpleNamespace
 from confluent_kafka import KafkaError
 
 from futures.worker.destinations import MAX_TOPICS, CallbackTopics
+from futures.worker.metrics import WorkerMetrics
 
 
 class Cluster:
@@ -173,11 +174,14 @@ def test_requests_naming_ever_new_topics_leave_memory_at_the_bound():
 def test_the_topics_asked_about_most_recently_are_kept():
     cluster = Cluster()
     topics = CallbackTopics(cluster.listing, max_topics=3)
+    metrics = WorkerMetrics()
+    metrics.watch_callback_topics(lambda: topics.forgotten)
     _eventually(lambda: cluster.listings == 1 and topics.waiting == 0)
     cluster.topics.update("abcd")
     for name in "abcd":  # d is looked up: a, asked about least recently, is forgotten
         _eventually(lambda name=name: topics.problem(name) is None)
     assert topics.remembered == 3 and topics.forgotten == 1
+    assert metrics.registry.get_sample_value("timers_callback_topics_forgotten_total") == 1
     listings = cluster.listings
     for name in "bcd":
         assert topics.problem(name) is None
