@@ -102,14 +102,16 @@ class WaitingTicks:
         now = self._monotonic()
         held: dict[int, int] = {}
         for partition, waiting in self._waiting.items():
-            frontier_ms = self.frontier.frontier_ms(partition)
-            if (
-                frontier_ms is not None
-                and frontier_ms < waiting.second * 1000
-                and now - waiting.since < self._max_wait_s
-            ):
+            frontier_ms = self._behind(partition, waiting)
+            if frontier_ms is not None and now - waiting.since < self._max_wait_s:
                 held[partition] = frontier_ms
         return held
+
+    def _behind(self, partition: int, waiting: _Waiting) -> int | None:
+        """The partition's frontier (epoch ms) while requests older than its waiting tick are
+        still to apply, else None."""
+        frontier_ms = self.frontier.frontier_ms(partition)
+        return frontier_ms if frontier_ms is not None and frontier_ms < waiting.second * 1000 else None
 
     def drop(self, partitions: Iterable[int]) -> None:
         """Forget the ticks of ``partitions`` (revoked: their new owner has ticks of its own)."""
@@ -130,8 +132,8 @@ class WaitingTicks:
             if waiting is None:
                 continue
             second = waiting.second
-            frontier_ms = self.frontier.frontier_ms(partition)
-            if frontier_ms is not None and frontier_ms < second * 1000:
+            frontier_ms = self._behind(partition, waiting)
+            if frontier_ms is not None:
                 if now - waiting.since < self._max_wait_s:
                     second = frontier_ms // 1000
                 else:
