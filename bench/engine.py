@@ -230,6 +230,7 @@ async def _phase(rig: Rig, phase: str, count: int, prepare_only: bool) -> PhaseR
     if not prepare_only:
         for step in steps:
             await apply(step)
+        await engine.landed()
     spent = time.thread_time() - started
     tables = rig.tables.values()
     # Checked only where it is cheap, after a sweep: read in the preparation run (which holds

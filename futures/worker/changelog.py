@@ -10,11 +10,13 @@ durable writes the same way for all of them:
    the changelog records through the quiet producer, which reports only failures
    (:mod:`futures.worker.kafka`);
 2. then each partition's progress record (watermark and last applied request
-   offset), in a flush of its own, its offset reported: it acknowledges the
+   offset), in a batch of its own, its offset reported: it acknowledges the
    requests it covers, so a restart skips them only once everything they caused is
    written;
-3. then the local RocksDB tables, through :meth:`PartitionTimers.apply`, as a
-   replay of the changelog would.
+3. and the local RocksDB tables, through :meth:`PartitionTimers.apply`, as a
+   replay of the changelog would, without waiting for the progress records: they
+   land while the next step runs, and nothing more is written to their partitions
+   until they have (:mod:`futures.worker.progress`).
 
 Callbacks are delivered before their timers' tombstones are part of a write (the
 firing confirms them first), and Faust commits consumed offsets only after the
@@ -85,10 +87,10 @@ class Ahead:
 
     def produce(self, ctx: EngineContext, changes: Mapping[int, Changes]) -> None:
         """Produce the records staged in ``changes`` since the last call."""
-        counts = self.counts
+        counts, progress = self.counts, ctx.progress
         for partition, part in changes.items():
             done = counts.get(partition, 0)
-            if len(part.records) > done:
+            if len(part.records) > done and not progress.busy(partition):
                 records = islice(part.records, done, None)
                 ctx.writer.produce_many(ctx.config.changelog_topic, partition, records, self.deliveries)
                 counts[partition] = len(part.records)
@@ -104,7 +106,8 @@ class Ahead:
 
 
 async def commit(ctx: EngineContext, changes: dict[int, Changes], *, ahead: Ahead | None = None) -> None:
-    """Write ``changes`` to the changelog, wait for them, then apply them to the local tables.
+    """Write ``changes`` to the changelog, wait for them, then apply them to the local tables;
+    their progress records land meanwhile (:mod:`futures.worker.progress`).
 
     ``ahead``: what of the write is produced already (an ingest step's records, the sweep's
     tombstones).
@@ -114,6 +117,7 @@ async def commit(ctx: EngineContext, changes: dict[int, Changes], *, ahead: Ahea
     """
     changes = {p: c for p, c in changes.items() if c.writes()}
     dispatch, writer = ctx.dispatch, ctx.writer
+    await ctx.progress.landed(changes)
     dispatch.produce_events()  # delivered with this write's records, checked below
     changelog = ctx.config.changelog_topic
     fired_bytes = min(FIRED_RECORD_BYTES, ctx.config.max_record_bytes // 2)
@@ -136,22 +140,19 @@ async def commit(ctx: EngineContext, changes: dict[int, Changes], *, ahead: Ahea
         group.raise_first("changelog")
     side.raise_first("event or dead-letter")
     # The tails come last in their partitions: their offsets are how far the changelog is written.
-    deliveries = Deliveries(offsets=True)
     for partition, part in changes.items():
         table = ctx.tables(partition)
-        tail = progress_record(
-            table.watermark if part.watermark is None else part.watermark,
-            table.request_offset if part.request_offset is None else part.request_offset,
-        )
+        watermark = table.watermark if part.watermark is None else part.watermark
+        request_offset = table.request_offset if part.request_offset is None else part.request_offset
+        tail = progress_record(watermark, request_offset)
         staged[partition].append(tail)
+        deliveries = Deliveries(offsets=True)
         writer.produce(changelog, tail[0], tail[1], partition=partition, deliveries=deliveries)
-    await writer.delivered(deliveries)
-    deliveries.raise_first("changelog")
-    for partition, records in staged.items():
-        part = changes[partition]
-        ctx.tables(partition).apply(
-            records,
-            deliveries.offsets.get(partition),
+        table.apply(
+            staged[partition],
+            None,
             pending_delta=part.pending_delta,
             stale_index=part.stale_index,
+            progress_on_disk=False,
         )
+        ctx.progress.add(partition, deliveries, watermark, request_offset, table)

@@ -19,6 +19,7 @@ from futures.worker.config import WorkerConfig
 from futures.worker.dispatch import Dispatcher
 from futures.worker.kafka import KafkaWriter
 from futures.worker.metrics import WorkerMetrics
+from futures.worker.progress import InFlight
 from futures.worker.table import PartitionTimers
 
 #: What a callback in memory costs beyond its payload (bytes): the tuple, its table key, id and
@@ -98,4 +99,6 @@ class EngineContext:
         # store shares it, to close revoked partitions between mutations.
         self.lock = lock
         self.owns = owns
+        #: Progress records the changelog has not acknowledged yet: awaited without the lock.
+        self.progress = InFlight(writer)
         self.budget = FireBudget(config.fire_budget_bytes, config.precise)

@@ -114,7 +114,8 @@ class TimerEngine:
     # -- request → table -------------------------------------------------------
 
     async def ingest(self, records: Sequence[SourceRecord]) -> None:
-        """Apply a step of request records of any ingress topic; durable when this returns."""
+        """Apply a step of request records of any ingress topic; durable when this returns, but
+        for the progress records that acknowledge them (:meth:`landed`)."""
         await self._ingest.apply(records)
 
     # -- tick ------------------------------------------------------------------
@@ -144,9 +145,16 @@ class TimerEngine:
         self.metrics.ticks.labels("duplicate").inc(duplicates)
 
     async def advance(self, ticks: Sequence[SourceRecord]) -> None:
-        """Take a batch of ticks and fire what they make due (:meth:`note_ticks`, :meth:`fire_ready`)."""
+        """Take a batch of ticks and fire what they make due (:meth:`note_ticks`, :meth:`fire_ready`);
+        durable, progress records too, when this returns."""
         self.note_ticks(ticks)
         await self.fire_ready()
+        await self.landed()
+
+    async def landed(self) -> None:
+        """Wait until the progress records of every write so far have landed (the firing task
+        does not: the next write to their partitions does, :mod:`futures.worker.progress`)."""
+        await self._ctx.progress.landed()
 
     def wake(self) -> None:
         """Ticks came, or requests were applied: :meth:`run` looks at what may fire now."""
@@ -155,13 +163,16 @@ class TimerEngine:
     async def run(self, poll_s: float = 0.5) -> None:
         """Fire what the waiting ticks allow whenever woken, and every ``poll_s`` seconds
         (a tick that waits for requests fires at the latest once TIMERS_JOIN_MAX_WAIT_S is up);
-        sweep when no tick waits."""
+        sweep when no tick waits. A progress record that failed to land raises here, if no step
+        met it first."""
+        progress = self._ctx.progress
         while True:
             try:
                 await asyncio.wait_for(self._woken.wait(), poll_s)
             except TimeoutError:
                 pass
             self._woken.clear()
+            progress.settle()
             await self._gather()
             await self.fire_ready()
             if not self._waiting and await self._sweep.step(give_way=self._ticks_wait):
@@ -228,6 +239,7 @@ class TimerEngine:
         """Write every fired timer's own tombstone now (:mod:`futures.worker.sweep`; tests)."""
         while await self._sweep.step():
             pass
+        await self.landed()
 
     async def fire_ready(self) -> None:
         """Move the clocks the waiting ticks allow, firing what comes due."""
@@ -321,10 +333,11 @@ class TimerEngine:
     async def settle_revoked(self) -> None:
         """Settle what this worker sent of the partitions :meth:`revoke` took away: their precise
         windows' sent timers, and the step under way (a firing's pieces in flight, an ingest
-        step) written to the changelog. Await it before the group rejoins: the new owner then
-        rebuilds a table that no longer holds what was sent here, so a rebalance sends nothing
-        twice. At most a third of the rebalance timeout, so the group keeps this member; what is
-        not settled by then stays in the table, for the new owner to send again (at least once).
+        step) written to the changelog, its progress records landed. Await it before the group
+        rejoins: the new owner then rebuilds a table that no longer holds what was sent here, so a
+        rebalance sends nothing twice. At most a third of the rebalance timeout, so the group
+        keeps this member; what is not settled by then stays in the table, for the new owner to
+        send again (at least once).
         """
         timeout_s = self.config.group_timeouts[2] / 3
         loop = asyncio.get_running_loop()
@@ -334,7 +347,7 @@ class TimerEngine:
                         "what they sent", timeout_s)  # fmt: skip
         try:
             async with asyncio.timeout_at(deadline), self._ctx.lock:
-                pass
+                await self._ctx.progress.landed()
         except TimeoutError:
             log.warning("the engine step under way did not end within %.1fs of the revocation", timeout_s)
 

@@ -62,7 +62,9 @@ class Ingest:
 
         A record may hold many timers (a ``FutureBatch``): every
         ``fire_chunk_size`` timers the records parsed so far are made durable,
-        so one call never holds more than that in memory.
+        so one call never holds more than that in memory. The step's progress records may
+        still be on their way: the next write to their partitions waits for them
+        (:mod:`futures.worker.progress`).
         """
         async with self._ctx.lock:
             records = self.owned(records)

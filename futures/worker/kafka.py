@@ -270,6 +270,10 @@ class KafkaWriter:
             await asyncio.sleep(pause)
             waited += pause
 
+    def serve(self) -> None:
+        """Serve the delivery reports that came, without waiting (the producer of :meth:`produce`)."""
+        self._producer.poll(0)
+
     def _flush_blocking(self) -> None:
         # librdkafka reports every record within MESSAGE_TIMEOUT_MS, so this ends.
         for producer in {id(p): p for p in (self._producer, self._quiet)}.values():

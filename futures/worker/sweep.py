@@ -71,7 +71,10 @@ class Sweep:
         ctx = self._ctx
         if not self._partitions:
             return False  # every table swept since the last tick: the engine lock is not taken
+        # Tombstones are written before the step's commit: after the last progress records.
+        await ctx.progress.landed(self._partitions)
         async with ctx.lock:
+            await ctx.progress.landed(self._partitions)
             changes: dict[int, Changes] = {}
             ahead = Ahead()
             left = max_keys

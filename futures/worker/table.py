@@ -623,6 +623,8 @@ class PartitionTimers:
         offset: int | None,
         pending_delta: int | None = None,
         stale_index: Sequence[bytes] = (),
+        *,
+        progress_on_disk: bool = True,
     ) -> None:
         """Apply changelog records in order, atomically, and remember ``offset``.
 
@@ -630,6 +632,9 @@ class PartitionTimers:
         (the live path does); otherwise, as in changelog replay, each record is
         checked against the table. ``stale_index``: id index entries the write deletes
         too, which are no changelog records (the sweep's: :attr:`Unswept.stale_index`).
+        ``progress_on_disk=False``: the progress record among ``records`` is still on its way to
+        the changelog, so it moves the table in memory only; :meth:`progress_landed` writes it
+        once it landed (:mod:`futures.worker.progress`).
         The records become the batch's operations in compiled code
         (:func:`~futures.worker.table_write.fill`).
         """
@@ -644,7 +649,8 @@ class PartitionTimers:
             delta = pending_delta
         pending = max(self.pending + delta, 0)
         batch.put(PENDING_KEY, _U64.pack(pending))
-        batch.put(PROGRESS_KEY, _PROGRESS.pack(watermark, request_offset))
+        if progress_on_disk:
+            batch.put(PROGRESS_KEY, _PROGRESS.pack(watermark, request_offset))
         for topic, topic_offset in topic_offsets.items():
             batch.put(topic_progress_record(topic, topic_offset)[0], _I64.pack(topic_offset))
         if offset is not None:
@@ -676,6 +682,21 @@ class PartitionTimers:
             memtables=read("rocksdb.cur-size-all-mem-tables"),
             compaction_pending=read("rocksdb.estimate-pending-compaction-bytes"),
         )
+
+    def progress_landed(self, watermark: int, request_offset: int, offset: int | None) -> None:
+        """A progress record applied in memory landed at changelog ``offset``: the table on disk
+        records it. Skipped once the table is closed (its partition went elsewhere: the changelog,
+        which holds the record, is what the next owner reads)."""
+        batch = WriteBatch(raw_mode=True)
+        batch.put(PROGRESS_KEY, _PROGRESS.pack(watermark, request_offset))
+        if offset is not None:
+            batch.put(OFFSET_KEY, _I64.pack(offset))
+        try:
+            self._db.write(batch)
+        except DbClosedError:
+            return
+        if offset is not None:
+            self.persisted_offset = offset
 
     def set_persisted_offset(self, offset: int) -> None:
         self._db.put(OFFSET_KEY, _I64.pack(offset))

@@ -251,9 +251,8 @@ class TimerConsumer(faust_adapter.ConsumerBase):
         if self.app.consumer_generation_id != generation:
             return False  # fetched before a rebalance: not acked, so read again by whoever owns them now
         try:
-            # Shielded: a stop cancels the fetcher that runs this. A step cut between its
-            # changelog records and its progress record would be applied again by the next
-            # owner, and a timer it holds that has fired meanwhile would fire again.
+            # Shielded: a stop cancels the fetcher that runs this, and a step cut short leaves
+            # part of its changelog records written and its requests to be read again.
             await asyncio.shield(apply(_records(batches)))
         except Exception as exc:
             # Nothing of the batch was acked; stop the worker so it restarts and

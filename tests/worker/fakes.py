@@ -106,6 +106,8 @@ class FakeProducer:
         self.refuse: FailFn = lambda topic: None
         #: While set, no delivery report comes (a broker that does not answer yet).
         self.hold = False
+        #: The records whose report does not come while this says so (the rest are delivered).
+        self.hold_if: Callable[[Sent], bool] = lambda sent: False
         self.sent: list[Sent] = []
         self.flush_count = 0
         self._queue: list[tuple[Sent, DeliveryCallback | None]] = []
@@ -150,6 +152,9 @@ class FakeProducer:
             return
         queue, self._queue = self._queue, []
         for sent, on_delivery in queue:
+            if self.hold_if(sent):
+                self._queue.append((sent, on_delivery))
+                continue
             partition = 0 if sent.partition is None else sent.partition
             err = self.fail(sent.topic)
             if err is None:

@@ -138,7 +138,12 @@ class Rig:
     # -- driving the engine -------------------------------------------------
 
     def ingest(self, *records: SourceRecord) -> None:
-        asyncio.run(self.engine.ingest(records))
+
+        async def ingest() -> None:
+            await self.engine.ingest(records)
+            await self.engine.landed()
+
+        asyncio.run(ingest())
         assert len(self.producer) == 0, "ingest returned before every record was delivered"
 
     def tick(self, second: int, *, partitions: tuple[int, ...] = (0,), clock_ms: int | None = None) -> None:
@@ -148,7 +153,12 @@ class Rig:
 
     def fire_ready(self) -> None:
         """What the engine's firing task does when the consumer wakes it."""
-        asyncio.run(self.engine.fire_ready())
+
+        async def fire_ready() -> None:
+            await self.engine.fire_ready()
+            await self.engine.landed()
+
+        asyncio.run(fire_ready())
         assert len(self.producer) == 0, "fire_ready returned before every record was delivered"
 
     def advance(self, ticks: list[SourceRecord]) -> None:

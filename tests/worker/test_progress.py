@@ -3,10 +3,13 @@
 The changelog carries, per partition, the last applied offset of every ingress
 topic: `timer-request`'s in the closing ``m:progress`` record (as before there
 were other topics), the others' in ``m:progress:<topic>`` records written before it.
+That record lands while the next step runs (:mod:`futures.worker.progress`): nothing
+more is written to its partition's changelog until it has.
 """
 
 from __future__ import annotations
 
+import asyncio
 from pathlib import Path
 
 import pytest
@@ -21,7 +24,9 @@ from futures.worker.table import (
     table_key,
 )
 from ktimers.config import CommonConfig, IngressFormat, TopicsConfig
+from ktimers.errors import DeliveryError
 from ktimers.wire import Future, FutureBatch
+from tests.worker.fakes import Sent, permanent_error
 from tests.worker.rig import T_MS, Rig, T
 
 ETF1 = "schedules"
@@ -218,3 +223,93 @@ def test_a_step_cut_short_after_its_first_records_reached_the_changelog_is_put_r
     assert again.table(0).request_offset == last.offset
     again.tick(T + 5)
     assert sorted(again.fired()) == ["a1", "a2", "b0", "b1", "b2"]
+
+
+def _progress_of(rig: Rig, partition: int):
+    def held(sent: Sent) -> bool:
+        return (
+            sent.topic == rig.config.changelog_topic
+            and sent.key == PROGRESS_KEY
+            and sent.partition == partition
+        )
+
+    return held
+
+
+def test_nothing_more_reaches_a_partitions_changelog_until_its_progress_record_landed(make):
+    rig = make()
+    rig.ingest(rig.request("fired", T_MS - 500), rig.request("other", T_MS - 500, partition=1))
+    rig.producer.hold_if = _progress_of(rig, 0)  # the broker has not acknowledged it yet
+    rig.now = T_MS + 10
+
+    async def scenario() -> None:
+        rig.engine.note_ticks([rig.tick_record(T, 0), rig.tick_record(T, 1)])
+        await rig.engine.fire_ready()  # the firing task goes on: it does not wait for the record
+        assert sorted(rig.fired()) == ["fired", "other"]
+        assert rig.table(0).watermark == T  # moved in memory, with the timer deleted
+        assert rig.pending_ids() == []
+        step = asyncio.ensure_future(rig.engine.ingest([rig.request("next", T_MS + 9000)]))
+        await asyncio.sleep(0.05)
+        assert not step.done()
+        changelog = rig.config.changelog_topic
+        produced = [s.key for s in rig.producer.sent if s.topic == changelog and s.partition == 0]
+        assert produced[-1] == PROGRESS_KEY  # nothing produced after it yet
+        rig.producer.hold_if = lambda sent: False
+        await step
+        await rig.engine.landed()
+
+    asyncio.run(scenario())
+    keys = [s.key for s in rig.changelog(0)]
+    tail = len(keys) - 1 - keys[::-1].index(PROGRESS_KEY)  # the ingest step's own
+    assert keys.index(table_key(T_MS + 9000, "next")) == tail - 1  # after the firing's progress
+    assert sorted(rig.pending_ids()) == ["next"]
+    assert rig.table(1).persisted_offset == rig.changelog(1)[-1].offset
+
+
+def test_a_restart_before_a_progress_record_landed_reads_its_requests_again_and_fires_once(make):
+    rig = make()
+    rig.ingest(rig.request("early", T_MS + 1000))
+    landed = rig.table(0).persisted_offset
+    rig.producer.hold_if = _progress_of(rig, 0)
+    late = rig.request("late", T_MS + 2000)
+
+    async def step_then_die() -> None:
+        step = asyncio.ensure_future(rig.engine.ingest([late]))
+        await asyncio.sleep(0.05)
+        assert rig.pending_ids() == ["early", "late"]  # applied here, its progress on its way
+        step.cancel()  # the worker dies: the progress record never lands
+
+    asyncio.run(step_then_die())
+    rig.tables.pop(0).close()
+    written = [s for s in rig.changelog(0) if s.delivered]
+
+    restarted = make()
+    restarted.tables[0] = PartitionTimers(rig.directory / "p0.db")  # the table left on disk
+    table = restarted.table(0)
+    assert table.persisted_offset == landed
+    assert table.request_offset < late.offset  # so the request is read again
+    # Faust's recovery replays the changelog past the offset the table recorded.
+    table.apply([(s.key or b"", s.value) for s in written if (s.offset or 0) > (landed or -1)], offset=None)
+    restarted.ingest(late)
+    assert restarted.pending_ids() == ["early", "late"]
+    assert table.pending == 2
+    restarted.tick(T + 2)
+    assert restarted.fired() == ["early", "late"]
+
+
+def test_a_progress_record_that_failed_to_land_stops_the_next_write_to_its_partition(make):
+    rig = make()
+    rig.ingest(rig.request("fired", T_MS - 500))
+    rig.producer.hold_if = _progress_of(rig, 0)
+    rig.now = T_MS + 10
+
+    async def scenario() -> None:
+        rig.engine.note_ticks([rig.tick_record(T)])
+        await rig.engine.fire_ready()
+        rig.producer.fail = lambda topic: permanent_error() if topic == rig.config.changelog_topic else None
+        rig.producer.hold_if = lambda sent: False
+        with pytest.raises(DeliveryError, match="progress"):
+            await rig.engine.ingest([rig.request("next", T_MS + 9000)])
+
+    asyncio.run(scenario())
+    assert not any(s.key == table_key(T_MS + 9000, "next") for s in rig.changelog(0))

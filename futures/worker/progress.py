@@ -1,0 +1,90 @@
+"""Progress records on their way to the changelog, awaited without the engine lock.
+
+A changelog write ends with one progress record per partition (watermark and last
+applied request offset, :func:`~futures.worker.changelog.commit`), produced once the
+write's other records are delivered. The engine need not hold its lock while the
+broker takes it in — a round trip of 5-10 ms, a dozen and more times a second — so
+the write applies itself to the tables as soon as the records it covers are delivered,
+and its progress record lands while the next step runs. One rule keeps that as safe as
+waiting: **nothing more is written to a partition's changelog until its progress
+record has landed** (:meth:`InFlight.landed`, :meth:`InFlight.busy`). So the
+changelog never holds a step's ``f`` records (timers fired) after requests whose
+progress is missing: a restart that reads those requests again (their progress did not
+land) finds none of their timers fired, and applies them again as a step cut short
+would be.
+
+On disk a table keeps the progress that landed, with the changelog offset of its
+record (:meth:`~futures.worker.table.PartitionTimers.progress_landed`); in memory it
+is ahead by the records in flight. A restart replays the changelog from that offset:
+what was applied and not acknowledged is applied again, to the same state.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from futures.worker.kafka import Deliveries, KafkaWriter
+from futures.worker.table import PartitionTimers
+
+
+@dataclass(frozen=True)
+class _Tail:
+    """A partition's progress record in flight: its delivery report, what it records, the table it
+    was applied to."""
+
+    deliveries: Deliveries
+    watermark: int
+    request_offset: int
+    table: PartitionTimers
+
+
+class InFlight:
+    """Each partition's progress record produced and not yet known delivered (one at most)."""
+
+    def __init__(self, writer: KafkaWriter) -> None:
+        self._writer = writer
+        self._tails: dict[int, _Tail] = {}
+
+    def add(
+        self,
+        partition: int,
+        deliveries: Deliveries,
+        watermark: int,
+        request_offset: int,
+        table: PartitionTimers,
+    ) -> None:
+        """Take the progress record just produced (into ``deliveries``) for ``partition``."""
+        if partition in self._tails:
+            raise ValueError(f"partition {partition}'s last progress record has not landed")
+        self._tails[partition] = _Tail(deliveries, watermark, request_offset, table)
+
+    def busy(self, partition: int) -> bool:
+        """Whether ``partition``'s progress record is still on its way (reports served first)."""
+        if partition not in self._tails:
+            return False
+        self.settle()
+        return partition in self._tails
+
+    async def landed(self, partitions: Iterable[int] | None = None) -> None:
+        """Wait until the progress records of ``partitions`` (all if None) have landed; a failed
+        one raises :class:`~ktimers.errors.DeliveryError` (the worker must stop)."""
+        tails = self._tails
+        wanted = list(tails) if partitions is None else [p for p in partitions if p in tails]
+        if wanted:
+            await self._writer.delivered(*(tails[p].deliveries for p in wanted))
+        self.settle()
+
+    def settle(self) -> None:
+        """Record on disk the progress records whose reports came (served first); raise the first
+        that failed."""
+        if not self._tails:
+            return
+        self._writer.serve()
+        for partition, tail in list(self._tails.items()):
+            deliveries = tail.deliveries
+            if deliveries.pending:
+                continue
+            del self._tails[partition]
+            deliveries.raise_first("changelog progress")
+            tail.table.progress_landed(tail.watermark, tail.request_offset, deliveries.offsets.get(partition))
