@@ -191,7 +191,7 @@ class TimerEngine:
         that cannot fire with them yet, so that all go out as one stream in due order.
 
         A firing holds the engine lock for as long as the second's timers take to go out
-        (a quarter of a second at 20,000 a second), and a partition left out of it waits for
+        (260–460 ms at 24,000 a second), and a partition left out of it waits for
         all of it: its most overdue timers then leave last. Two things leave one out:
 
         * **its tick has not come** (the oscillator ticks every partition at once, but a fetch
