@@ -142,9 +142,10 @@ async def commit(ctx: EngineContext, changes: dict[int, Changes], *, ahead: Ahea
     # The tails come last in their partitions: their offsets are how far the changelog is written.
     for partition, part in changes.items():
         table = ctx.tables(partition)
-        watermark = table.watermark if part.watermark is None else part.watermark
-        request_offset = table.request_offset if part.request_offset is None else part.request_offset
-        tail = progress_record(watermark, request_offset)
+        tail = progress_record(
+            table.watermark if part.watermark is None else part.watermark,
+            table.request_offset if part.request_offset is None else part.request_offset,
+        )
         staged[partition].append(tail)
         deliveries = Deliveries(offsets=True)
         writer.produce(changelog, tail[0], tail[1], partition=partition, deliveries=deliveries)
@@ -155,4 +156,4 @@ async def commit(ctx: EngineContext, changes: dict[int, Changes], *, ahead: Ahea
             stale_index=part.stale_index,
             progress_on_disk=False,
         )
-        ctx.progress.add(partition, deliveries, watermark, request_offset, table)
+        ctx.progress.add(partition, deliveries, tail, table)

@@ -25,17 +25,16 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from futures.worker.kafka import Deliveries, KafkaWriter
-from futures.worker.table import PartitionTimers
+from futures.worker.table import PartitionTimers, Record
 
 
 @dataclass(frozen=True)
 class _Tail:
-    """A partition's progress record in flight: its delivery report, what it records, the table it
-    was applied to."""
+    """A partition's progress record in flight: its delivery report, the record, the table it was
+    applied to."""
 
     deliveries: Deliveries
-    watermark: int
-    request_offset: int
+    record: Record
     table: PartitionTimers
 
 
@@ -46,18 +45,12 @@ class InFlight:
         self._writer = writer
         self._tails: dict[int, _Tail] = {}
 
-    def add(
-        self,
-        partition: int,
-        deliveries: Deliveries,
-        watermark: int,
-        request_offset: int,
-        table: PartitionTimers,
-    ) -> None:
-        """Take the progress record just produced (into ``deliveries``) for ``partition``."""
+    def add(self, partition: int, deliveries: Deliveries, record: Record, table: PartitionTimers) -> None:
+        """Take ``partition``'s progress ``record``, just produced (into ``deliveries``) and
+        applied to ``table`` in memory."""
         if partition in self._tails:
             raise ValueError(f"partition {partition}'s last progress record has not landed")
-        self._tails[partition] = _Tail(deliveries, watermark, request_offset, table)
+        self._tails[partition] = _Tail(deliveries, record, table)
 
     def busy(self, partition: int) -> bool:
         """Whether ``partition``'s progress record is still on its way (reports served first)."""
@@ -87,4 +80,4 @@ class InFlight:
                 continue
             del self._tails[partition]
             deliveries.raise_first("changelog progress")
-            tail.table.progress_landed(tail.watermark, tail.request_offset, deliveries.offsets.get(partition))
+            tail.table.progress_landed(tail.record, deliveries.offsets.get(partition))

@@ -71,7 +71,8 @@ class Sweep:
         ctx = self._ctx
         if not self._partitions:
             return False  # every table swept since the last tick: the engine lock is not taken
-        # Tombstones are written before the step's commit: after the last progress records.
+        # The tombstones are produced before the step's commit, so after the partitions' last
+        # progress records: waited for before the lock, and again under it for a firing's since.
         await ctx.progress.landed(self._partitions)
         async with ctx.lock:
             await ctx.progress.landed(self._partitions)

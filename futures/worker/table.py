@@ -683,12 +683,12 @@ class PartitionTimers:
             compaction_pending=read("rocksdb.estimate-pending-compaction-bytes"),
         )
 
-    def progress_landed(self, watermark: int, request_offset: int, offset: int | None) -> None:
-        """A progress record applied in memory landed at changelog ``offset``: the table on disk
-        records it. Skipped once the table is closed (its partition went elsewhere: the changelog,
-        which holds the record, is what the next owner reads)."""
+    def progress_landed(self, record: Record, offset: int | None) -> None:
+        """A progress record (:func:`progress_record`) applied in memory landed at changelog
+        ``offset``: the table on disk records it. Skipped once the table is closed (its partition
+        went elsewhere: the changelog, which holds the record, is what the next owner reads)."""
         batch = WriteBatch(raw_mode=True)
-        batch.put(PROGRESS_KEY, _PROGRESS.pack(watermark, request_offset))
+        batch.put(*record)
         if offset is not None:
             batch.put(OFFSET_KEY, _I64.pack(offset))
         try:

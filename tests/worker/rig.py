@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import asyncio
 from collections import defaultdict
-from collections.abc import Callable, Iterator
+from collections.abc import Awaitable, Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -137,13 +137,13 @@ class Rig:
 
     # -- driving the engine -------------------------------------------------
 
+    async def _landed_after(self, step: Awaitable[None]) -> None:
+        """``step``, then its progress records landed (the engine's firing task does not wait)."""
+        await step
+        await self.engine.landed()
+
     def ingest(self, *records: SourceRecord) -> None:
-
-        async def ingest() -> None:
-            await self.engine.ingest(records)
-            await self.engine.landed()
-
-        asyncio.run(ingest())
+        asyncio.run(self._landed_after(self.engine.ingest(records)))
         assert len(self.producer) == 0, "ingest returned before every record was delivered"
 
     def tick(self, second: int, *, partitions: tuple[int, ...] = (0,), clock_ms: int | None = None) -> None:
@@ -153,12 +153,7 @@ class Rig:
 
     def fire_ready(self) -> None:
         """What the engine's firing task does when the consumer wakes it."""
-
-        async def fire_ready() -> None:
-            await self.engine.fire_ready()
-            await self.engine.landed()
-
-        asyncio.run(fire_ready())
+        asyncio.run(self._landed_after(self.engine.fire_ready()))
         assert len(self.producer) == 0, "fire_ready returned before every record was delivered"
 
     def advance(self, ticks: list[SourceRecord]) -> None:

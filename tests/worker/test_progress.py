@@ -10,6 +10,7 @@ more is written to its partition's changelog until it has.
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -225,7 +226,9 @@ def test_a_step_cut_short_after_its_first_records_reached_the_changelog_is_put_r
     assert sorted(again.fired()) == ["a1", "a2", "b0", "b1", "b2"]
 
 
-def _progress_of(rig: Rig, partition: int):
+def _progress_of(rig: Rig, partition: int) -> Callable[[Sent], bool]:
+    """Whether a record is ``partition``'s progress record (for ``FakeProducer.hold_if``)."""
+
     def held(sent: Sent) -> bool:
         return (
             sent.topic == rig.config.changelog_topic
