@@ -245,6 +245,22 @@ MEMTABLE_BLOOM_RATIO = 0.02
 L0_COMPACTION_TRIGGER = 4
 
 
+def _bounded(upper: bytes) -> ReadOptions:
+    """Read options whose iterators stop before ``upper`` (keep them referenced while one reads:
+    it finds the bound in them). Unbounded, an iterator past the last
+    live key of its range walks every deleted key after it up to the next live one: once a burst
+    is fired and swept, the id index's hundreds of thousands of tombstones, which no compaction
+    clears while the table is idle (it writes too little to start one)."""
+    opts = ReadOptions()
+    opts.set_iterate_upper_bound(upper)
+    return opts
+
+
+def _prefix_end(prefix: bytes) -> bytes:
+    """The smallest key above every key that starts with ``prefix`` (whose last byte is not 0xff)."""
+    return prefix[:-1] + bytes([prefix[-1] + 1])
+
+
 def _options() -> Options:
     opts = Options(raw_mode=True)
     opts.create_if_missing(True)
@@ -334,13 +350,11 @@ class PartitionTimers:
 
     def _scan(self, prefix: bytes) -> Iterator[tuple[bytes, bytes]]:
         """(key, value) of every key that starts with ``prefix``, in key order."""
-        it = self._db.iter()
+        bound = _bounded(_prefix_end(prefix))  # held: the iterator reads its bound from it
+        it = self._db.iter(bound)
         it.seek(prefix)
         while it.valid():
-            key = bytes(it.key())
-            if not key.startswith(prefix):
-                return
-            yield key, bytes(it.value())
+            yield bytes(it.key()), bytes(it.value())
             it.next()
 
     def topic_offset(self, topic: str) -> int:
@@ -364,14 +378,10 @@ class PartitionTimers:
         """Due time of the earliest pending timer with ``from_ms <= due_ms <= to_ms``, if any."""
         if to_ms < from_ms:
             return None
-        it = self._db.iter()
+        bound = _bounded(TIMER_PREFIX + due_prefix(to_ms + 1))  # held while the iterator reads
+        it = self._db.iter(bound)
         it.seek(TIMER_PREFIX + due_prefix(max(from_ms, 0)))
-        if not it.valid():
-            return None
-        key = bytes(it.key())
-        if not key.startswith(TIMER_PREFIX) or key >= TIMER_PREFIX + due_prefix(to_ms + 1):
-            return None
-        return due_of_key(key)
+        return due_of_key(bytes(it.key())) if it.valid() else None
 
     def scanned(self, to_ms: int, kept_ms: int | None) -> None:
         """A scan fired every timer due by ``to_ms`` (epoch ms) but those kept for a retry, the
@@ -462,8 +472,7 @@ class PartitionTimers:
             return []
         # Bounded in RocksDB, which then stops at the limit (past it: later timers and the
         # index), and read by its item iterator, taken off it in compiled code.
-        bounded = ReadOptions()
-        bounded.set_iterate_upper_bound(TIMER_PREFIX + due_prefix(limit_ms + 1))
+        bounded = _bounded(TIMER_PREFIX + due_prefix(limit_ms + 1))
         items: Iterator[tuple[bytes, bytes]] = self._db.items(from_key=start, read_opt=bounded)  # type: ignore[assignment]
         return take_due(items, max_count, max_bytes)
 
@@ -486,14 +495,12 @@ class PartitionTimers:
         start = TIMER_PREFIX + due_prefix(max(from_ms, self._scan_start_ms(), 0))
         if after_key is not None and after_key >= start:
             start = after_key + b"\x00"  # the smallest key greater than ``after_key``
-        stop = TIMER_PREFIX + due_prefix(min(to_ms, _U64_MAX))
-        it = self._db.iter()
+        bound = _bounded(TIMER_PREFIX + due_prefix(min(to_ms, _U64_MAX)))  # held while it reads
+        it = self._db.iter(bound)
         it.seek(start)
         found = 0
         while it.valid() and found < limit:
             key = bytes(it.key())
-            if key >= stop:
-                break
             due_ms, timer_id = split_timer_key(key[1:])
             yield DueTimer(key, due_ms, timer_id, bytes(it.value()))
             found += 1
