@@ -19,7 +19,7 @@ from futures.worker.config import WorkerConfig
 from futures.worker.destinations import CallbackTopics
 from futures.worker.engine import TimerEngine
 from futures.worker.gaps import KafkaGapReader
-from futures.worker.kafka import KafkaWriter, producer_config
+from futures.worker.kafka import LINGER_MS, PRECISE_LINGER_MS, KafkaWriter, producer_config
 from futures.worker.metrics import WorkerMetrics
 from futures.worker.transport import TimerConsumer
 from futures.worker.web import register_views
@@ -43,8 +43,10 @@ def build(config: WorkerConfig, partitions: int) -> tuple[faust.App, TimerEngine
     store = timers.store
     metrics = WorkerMetrics()
     metrics.watch_tables(store.open_partitions)
-    producer = Producer(producer_config(config.common.kafka, config.max_record_bytes))
-    quiet = Producer(producer_config(config.common.kafka, config.max_record_bytes, quiet=True))
+    kafka, max_bytes = config.common.kafka, config.max_record_bytes
+    linger_ms = PRECISE_LINGER_MS if config.precise else LINGER_MS
+    producer = Producer(producer_config(kafka, max_bytes, linger_ms=linger_ms))
+    quiet = Producer(producer_config(kafka, max_bytes, quiet=True, linger_ms=linger_ms))
     writer = KafkaWriter(producer, config.max_record_bytes, quiet=quiet)
     callback_topics = CallbackTopics.of_producer(producer)
     metrics.watch_callback_topics(lambda: callback_topics.forgotten)
