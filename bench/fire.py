@@ -49,20 +49,22 @@ class FireContext:
     margin_s: float = 2.0
 
 
-def _finish(
-    system: System,
+def finish(
+    system: str,
     workload: str,
     expected: int,
     arrivals: Arrivals,
     origin_ms: int,
     bucket_s: float,
 ) -> Fire:
+    """The :class:`Fire` of ``system`` (its name) from what the receiver got: lateness, and the rate
+    of arrivals in ``bucket_s`` buckets from ``origin_ms``."""
     late = lateness(expected, arrivals.due_ms, arrivals.fired_ms, arrivals.received_ms, arrivals.ids)
     t, series = rate_series(arrivals.received_ms, origin_ms, bucket_s)
     # For a hot second, how fast one second's timers went out; spread over a window,
     # the offered rate the system kept up with.
     rate = burst_rate(arrivals.received_ms)
-    fire = Fire(system=system.name, workload=workload, timers=expected, fire_rate=rate, lateness=late)
+    fire = Fire(system=system, workload=workload, timers=expected, fire_rate=rate, lateness=late)
     fire.series_t, fire.series_rate, fire.arrivals = t, series, arrivals
     if late.missing:
         fire.notes.append(f"{late.missing} of {expected} callbacks not received within the tail timeout")
@@ -123,7 +125,7 @@ def scheduled(
             arrivals = collector.finish()
     finally:
         collector.stop()
-    fire = _finish(system, workload, count, arrivals, first_s * 1000, bucket_s)
+    fire = finish(system.name, workload, count, arrivals, first_s * 1000, bucket_s)
     fire.window_s = window_s if window_s > 1.0 else 0.0
     if got < base + count:
         fire.notes.append(
@@ -149,7 +151,7 @@ def steady_rate(
         arrivals = collector.finish()
     finally:
         collector.stop()
-    fire = _finish(system, workload, expected, arrivals, origin_ms, 1.0)
+    fire = finish(system.name, workload, expected, arrivals, origin_ms, 1.0)
     fire.window_s = duration_s
     if sent.max_send_lag_ms > 500:
         fire.notes.append(f"the load generator fell up to {sent.max_send_lag_ms} ms behind its send schedule")

@@ -16,11 +16,11 @@ matplotlib.use("Agg")  # files only: no display on CI or servers
 import matplotlib.pyplot as plt  # noqa: E402 - after choosing the backend
 import numpy as np  # noqa: E402
 
-from bench.results import OURS, REDIS, REDIS_AOF, Fire, Results, first_fire, workload_title  # noqa: E402
+from bench.results import DIRECT, OURS, REDIS, REDIS_AOF, Fire, Results, first_fire, workload_title  # noqa: E402
 
 Runs = Sequence[Results]
 
-COLORS = {OURS: "tab:blue", REDIS: "tab:red", REDIS_AOF: "tab:orange"}
+COLORS = {OURS: "tab:blue", REDIS: "tab:red", REDIS_AOF: "tab:orange", DIRECT: "tab:gray"}
 #: In plots, our precise mode apart from our second mode.
 PRECISE_COLOR = "tab:green"
 HOT_PLOT = "hot-second.png"

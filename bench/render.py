@@ -32,6 +32,7 @@ from bench.aggregate import (
 )
 from bench.aggregate import ms as _ms
 from bench.results import (
+    DIRECT,
     OURS,
     REDIS,
     REDIS_SYSTEMS,
@@ -146,6 +147,8 @@ def lateness_table(runs: Runs) -> list[str]:
         "|---|---|---|---|---|---|---|---|---|",
     ]
     for system, workload in _pairs(runs):
+        if system == DIRECT:
+            continue  # beside precise mode, what it stands on
         fires = [f for r in runs if (f := r.fire(system, workload)) is not None]
         late = [f.lateness for f in fires]
         cells = [
@@ -173,7 +176,7 @@ def precise_table(runs: Runs) -> list[str]:
         "|---|---|---|---|---|---|---|",
     ]
     for system, workload in _pairs(runs):
-        if system != OURS or not workload.startswith("precise"):
+        if not (system == OURS and workload.startswith("precise") or system == DIRECT):
             continue
         fire = first_fire(runs, system, workload)
         assert fire is not None  # noqa: S101 - listed by _pairs

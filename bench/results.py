@@ -25,6 +25,8 @@ OURS = "kafka-timers"
 REDIS = "redis-zset"
 REDIS_AOF = "redis-zset-aof"
 REDIS_SYSTEMS = (REDIS, REDIS_AOF)
+#: Callbacks produced on their due millisecond straight to the receiver's topic (:mod:`bench.direct`).
+DIRECT = "direct produce"
 
 
 @dataclass
@@ -328,6 +330,12 @@ class FailoverRun:
 
 def workload_title(fire: Fire) -> str:
     name = fire.workload
+    if fire.system == DIRECT:
+        per_s = name.rpartition("-")[2]
+        return (
+            f"direct produce: callbacks produced on their due millisecond, {int(per_s):,}/s for "
+            f"{fire.window_s:g} s ({fire.timers:,})"
+        )
     if name == "hot-second":
         return f"hot second ({fire.timers:,} timers due in one second)"
     if name == "precise-hot-second":

@@ -2,7 +2,8 @@
 
 Order: the ceiling; then one service instance for ingest (single, the Faust floor on
 the same records, batched) and the fire workloads; a fresh instance for capacity;
-one in precise mode (a hot second, then the steady rates); then the Redis design with
+one in precise mode (a hot second, then the steady rates), and the same steady rates
+produced straight to the receiver (``bench.direct``); then the Redis design with
 the same workloads, without persistence and then durable (AOF, fsync every second:
 its ingest, hot second and steady rates); last, the sustained rate of a fresh instance
 and of the in-memory Redis design (``bench.sustained``). ``only`` picks some of these
@@ -23,7 +24,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import TypeVar
 
-from bench import ceiling, faust_floor, plots, redis_baseline, service, sustained
+from bench import ceiling, direct, faust_floor, plots, redis_baseline, service, sustained
 from bench.cluster import PRECISE_ENV, Broker, open_broker, service_stack
 from bench.fire import FireContext, System, scheduled, steady_rate
 from bench.machine import machine, versions
@@ -249,6 +250,17 @@ class Run:
                             ),
                         )
                     )
+        # The way from a producer to the receiver alone, with no worker on it: what precise mode
+        # stands on.
+        for rate in p.precise_rates:
+            self.add_fire(
+                self.attempt(
+                    f"direct produce {rate}/s",
+                    lambda rate=rate: direct.measure(  # type: ignore[misc]
+                        ctx, rate, p.steady_duration_s, p.steady_lead_s
+                    ),
+                )
+            )
 
     def redis(self, broker: Broker, ctx: FireContext, *, durable: bool) -> None:
         """The Redis design; durable: its ingest, hot second and steady rates only."""

@@ -52,6 +52,7 @@ def test_every_measurement_produces_a_figure(smoke_run: tuple[int, Path]) -> Non
     expected = {("kafka-timers", w) for w in OUR_WORKLOADS | PRECISE_WORKLOADS}
     expected |= {("redis-zset", w) for w in OUR_WORKLOADS}
     expected |= {("redis-zset-aof", w) for w in DURABLE_REDIS_WORKLOADS}
+    expected |= {("direct produce", "direct-300")}  # precise mode's rate, straight to the receiver
     assert set(fires) == expected
     for fire in fires.values():
         late = fire["lateness"]
@@ -99,6 +100,10 @@ def test_report_shows_the_tables_targets_and_plots(smoke_run: tuple[int, Path]) 
     assert "| Never early (every workload, both modes, every run) | 0 early of" in report
     assert "| Once: no callback received twice (no worker crashes in these runs) | 0 repeats of" in report
     assert "| precise hot second (500 timers due in one second) |" in report
+    precise = report.split("<!-- results:precise -->", 1)[1].split("<!-- /results:precise -->")[0]
+    assert "| direct produce: callbacks produced on their due millisecond, 300/s for " in precise
+    lateness = report.split("<!-- results:lateness -->", 1)[1].split("<!-- /results:lateness -->")[0]
+    assert "direct produce" not in lateness
     sustained = report.split("<!-- results:sustained -->", 1)[1].split("<!-- /results:sustained -->")[0]
     assert "| kafka-timers | " in sustained and "| redis-zset | " in sustained
     assert "Sustained rate (held 2 s, p99 at the receiver ≤ 1.1 s, second mode)" in report
