@@ -17,8 +17,7 @@ from confluent_kafka import OFFSET_BEGINNING, Consumer, Producer, TopicPartition
 
 from bench.cluster import PARTITIONS, BenchError, Broker
 from bench.results import Throughput
-from bench.workload import FAST_PRODUCER, PAYLOAD, callback_key
-from ktimers.wire import H_DUE_MS, H_FIRED_MS, H_ID, H_TOKEN
+from bench.workload import FAST_PRODUCER, PAYLOAD, callback_headers, callback_key
 
 CONSUMER_TUNING = {
     # The default (1000 ms) caps consumption near 212 k msg/s (STACK.md).
@@ -30,22 +29,15 @@ PRODUCER_TUNING = {**FAST_PRODUCER, "enable.idempotence": True, "acks": "all"}
 TIMEOUT_S = 300.0
 
 
-def _headers(index: int, due_ms: int) -> list[tuple[str, str | bytes | None]]:
-    return [
-        (H_ID, uuid.uuid4().hex.encode()),
-        (H_DUE_MS, str(due_ms).encode()),
-        (H_TOKEN, b"t"),
-        (H_FIRED_MS, str(due_ms + index % 1000).encode()),
-    ]
-
-
 def preload(broker: Broker, topic: str, count: int) -> None:
     producer = Producer({**broker.common.kafka.librdkafka(), **PRODUCER_TUNING})
     due_ms = int(time.time() * 1000)
     for i in range(count):
         while True:
             try:
-                producer.produce(topic, PAYLOAD, callback_key(i), headers=_headers(i, due_ms))
+                producer.produce(
+                    topic, PAYLOAD, callback_key(i), headers=callback_headers(due_ms, due_ms + i % 1000)
+                )
                 break
             except BufferError:
                 producer.poll(0.05)

@@ -12,7 +12,6 @@ deliver a callback sooner after its due time than this.
 from __future__ import annotations
 
 import time
-import uuid
 
 from confluent_kafka import Producer
 
@@ -20,9 +19,8 @@ from bench.cluster import PARTITIONS, BenchError
 from bench.collector import Collector
 from bench.fire import FireContext, finish
 from bench.results import DIRECT, Fire
-from bench.workload import PAYLOAD, callback_key, even_due_times, now_ms
+from bench.workload import PAYLOAD, callback_headers, callback_key, even_due_times, now_ms
 from futures.worker.kafka import PRECISE_LINGER_MS, producer_config
-from ktimers.wire import H_DUE_MS, H_FIRED_MS, H_ID, H_TOKEN
 
 #: How often the producer looks for records come due (s): well under a millisecond late.
 TURN_S = 0.0005
@@ -45,12 +43,7 @@ def measure(ctx: FireContext, rate: int, duration_s: float, lead_s: float) -> Fi
         while sent < count:
             now = now_ms()
             while sent < count and due[sent] <= now:
-                headers: list[tuple[str, str | bytes | None]] = [
-                    (H_ID, uuid.uuid4().hex.encode()),
-                    (H_DUE_MS, str(due[sent]).encode()),
-                    (H_TOKEN, b"t"),
-                    (H_FIRED_MS, str(now).encode()),
-                ]
+                headers = callback_headers(due[sent], now)
                 producer.produce(
                     topic, PAYLOAD, callback_key(sent), partition=sent % PARTITIONS, headers=headers
                 )

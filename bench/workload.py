@@ -9,12 +9,14 @@ so the load generators below drive either one unchanged.
 from __future__ import annotations
 
 import time
+import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
 from futures.client import TimerClient, TimerSpec
 from ktimers.config import CommonConfig
+from ktimers.wire import H_DUE_MS, H_FIRED_MS, H_ID, H_TOKEN
 
 PAYLOAD_BYTES = 100
 PAYLOAD = b"p" * PAYLOAD_BYTES
@@ -46,6 +48,16 @@ def now_ms() -> int:
 
 def callback_key(index: int) -> str:
     return f"k-{index:010d}"
+
+
+def callback_headers(due_ms: int, fired_ms: int) -> list[tuple[str, str | bytes | None]]:
+    """The ``kt-*`` headers of a callback due at ``due_ms`` and sent at ``fired_ms``, with a new id."""
+    return [
+        (H_ID, uuid.uuid4().hex.encode()),
+        (H_DUE_MS, str(due_ms).encode()),
+        (H_TOKEN, b"t"),
+        (H_FIRED_MS, str(fired_ms).encode()),
+    ]
 
 
 class Scheduler(Protocol):

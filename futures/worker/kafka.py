@@ -136,7 +136,7 @@ LINGER_MS = 5
 #: The same in precise mode, whose windows produce each callback on its millisecond and wait for
 #: none of them as it goes: the linger alone sends them. Against the embedded broker fewer, larger
 #: requests come through with a far shorter tail: callbacks produced on their due millisecond at
-#: 10,000/s reached a receiver with p99 17-22 ms at 10 ms, 63-73 ms at 5 and 385-513 ms at 0
+#: 10,000/s reached a receiver with p99 17-25 ms at 10 ms, 61-83 ms at 5 and 385-513 ms at 0
 #: (``bench.direct``), and precise mode's own with p99 34-36 ms at 10 ms against 44-63 ms at 5.
 PRECISE_LINGER_MS = 10
 

@@ -47,7 +47,7 @@ def build(config: WorkerConfig, partitions: int) -> tuple[faust.App, TimerEngine
     linger_ms = PRECISE_LINGER_MS if config.precise else LINGER_MS
     producer = Producer(producer_config(kafka, max_bytes, linger_ms=linger_ms))
     quiet = Producer(producer_config(kafka, max_bytes, quiet=True, linger_ms=linger_ms))
-    writer = KafkaWriter(producer, config.max_record_bytes, quiet=quiet)
+    writer = KafkaWriter(producer, max_bytes, quiet=quiet)
     callback_topics = CallbackTopics.of_producer(producer)
     metrics.watch_callback_topics(lambda: callback_topics.forgotten)
     crashing: set[asyncio.Task[None]] = set()
