@@ -26,7 +26,7 @@ venv: $(STAMP) ## create .venv and install the project with dev tools, pinned by
 
 install: $(STAMP) ## same as venv
 
-$(STAMP): pyproject.toml constraints.txt setup.py $(wildcard futures/worker/*.pyx futures/worker/*.pxd)
+$(STAMP): pyproject.toml constraints.txt setup.py $(wildcard futures/worker/*.pyx futures/client/*.pyx ktimers/*.pxd)
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet -c constraints.txt -e '.[dev]'
 	@touch $@
@@ -123,4 +123,4 @@ clean: ## remove run/ (logs, worker data), data dirs and caches; keeps .venv
 	find . -path ./$(VENV) -prune -o -name __pycache__ -type d -exec rm -rf {} +
 
 distclean: clean ## clean, and remove .venv, the egg-info and the compiled modules
-	rm -rf $(VENV) *.egg-info futures/worker/*.c futures/worker/*.so
+	rm -rf $(VENV) *.egg-info futures/worker/*.c futures/worker/*.so futures/client/*.c futures/client/*.so

@@ -10,14 +10,14 @@ transaction) use :func:`build_schedule`, :func:`build_batches` and
 from __future__ import annotations
 
 import math
-import os
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import TypedDict, Unpack
 
 from futures.client.partitioner import PartitionFn
 from futures.client.recurring import RecurrenceOptions, is_recurring, recurrence_for
+from futures.client.request_wire import batch_values, encode_future, random_id
 from ktimers.config import CommonConfig
 from ktimers.producer import RecordHeaders
 from ktimers.wire import (
@@ -157,17 +157,6 @@ def due_ms_for(*, at: datetime | float | None, delay: float | timedelta | None, 
 _NUMBERS = (int, float)
 _BYTES = (bytes, bytearray, memoryview)
 
-#: uuid4's version (4) and variant (RFC 4122) bits, and the bits they replace.
-_UUID4_BITS = (4 << 76) | (0b10 << 62)
-_UUID4_MASK = ~((0xF << 76) | (0b11 << 62))
-
-
-def random_id() -> str:
-    """A new timer id: a random uuid4 as 32 hex digits, as ``uuid.uuid4().hex`` gives it, without
-    building a ``UUID`` object, which would cost 3.3 µs a timer (a batched timer's whole request
-    costs 6.1 µs)."""
-    return f"{int.from_bytes(os.urandom(16)) & _UUID4_MASK | _UUID4_BITS:032x}"
-
 
 def _finite_seconds(name: str, value: object) -> float:
     if isinstance(value, bool) or not isinstance(value, _NUMBERS):
@@ -185,13 +174,16 @@ def _utf8(name: str, value: str | bytes) -> bytes:
     raise ValueError(f"{name} must be str or bytes, not {type(value).__name__}")
 
 
-def _text(name: str, value: str | bytes) -> str:
+def _text_bytes(name: str, value: str | bytes) -> bytes:
+    """``value`` as the UTF-8 bytes of a string field: text encoded, bytes checked to be UTF-8."""
     if isinstance(value, str):
-        return value
+        return value.encode()
+    data = _utf8(name, value)
     try:
-        return _utf8(name, value).decode()
+        data.decode()
     except UnicodeDecodeError as exc:
         raise ValueError(f"{name} must be UTF-8 text (the wire field is a string)") from exc
+    return data
 
 
 def _user_headers(headers: HeadersArg | None) -> list[Header]:
@@ -218,13 +210,9 @@ def build_schedule(
     **options: Unpack[ScheduleOptions],
 ) -> tuple[TimerRecord, TimerHandle]:
     """The request record for one timer, and its handle. ``now`` is epoch seconds."""
-    future, handle = _future(common, topic, key, payload, now=now, **options)
-    record = TimerRecord(
-        topic=common.topics.request,
-        key=handle.record_key,
-        value=future.SerializeToString(),
-        headers=[(KIND_HEADER, KIND_FUTURE)],
-    )
+    value, handle = _future(common, topic, key, payload, now=now, **options)
+    # Positional: a frozen dataclass takes keywords at twice the cost.
+    record = TimerRecord(common.topics.request, handle.record_key, value, [(KIND_HEADER, KIND_FUTURE)])
     return record, handle
 
 
@@ -245,7 +233,8 @@ def _future(
     every: float | timedelta | None = None,
     until: datetime | float | None = None,
     max_count: int | None = None,
-) -> tuple[Future, TimerHandle]:
+) -> tuple[bytes, TimerHandle]:
+    """A timer's serialized ``Future`` and its handle: the arguments checked, the id drawn."""
     if not isinstance(topic, str) or not topic:
         raise ValueError("topic must be the non-empty name of the topic the callback goes to")
     if topic in common.topics.own:
@@ -275,24 +264,19 @@ def _future(
     else:
         due_ms = due_ms_for(at=at, delay=delay, now=now)
     timer_id = id or random_id()
-    # Only the fields given: protobuf parses each keyword argument (two fifths of the message's cost).
-    future = Future(
-        callBackTopic=topic,
-        callBackKey=_text("key", key),
-        callBack=_utf8("payload", payload),
-        id=timer_id,
-        due_ms=due_ms,
-    )
-    if token:
-        future.token = token
-    if headers is not None:
-        future.headers.extend(_user_headers(headers))
-    if recurrence is not None:
-        future.recurrence.CopyFrom(recurrence)
     record_key = timer_id.encode()
+    # Headers and a recurrence, which few timers carry, are serialized by protobuf.
+    rest = b""
+    if headers is not None or recurrence is not None:
+        extra = Future(headers=_user_headers(headers), recurrence=recurrence)
+        rest = extra.SerializeToString()
+    value = encode_future(
+        topic.encode(), _text_bytes("key", key), _utf8("payload", payload), record_key, due_ms,
+        token.encode() if token else b"", rest,
+    )  # fmt: skip
     # Positional: a frozen dataclass takes keywords at twice the cost.
     handle = TimerHandle(timer_id, record_key, due_ms, topic, token)
-    return future, handle
+    return value, handle
 
 
 #: Timers per batch record by default, and the most bytes a batch record may
@@ -324,7 +308,7 @@ def build_batches(
     for spec in timers:
         if not isinstance(spec, TimerSpec):
             raise ValueError(f"schedule_many takes TimerSpec items, not {type(spec).__name__}")
-        future, handle = _future(
+        value, handle = _future(
             common,
             spec.topic,
             spec.key,
@@ -337,7 +321,7 @@ def build_batches(
             now=now,
         )
         handles.append(handle)
-        groups.setdefault(partition_of(handle.record_key, partitions), []).append(future.SerializeToString())
+        groups.setdefault(partition_of(handle.record_key, partitions), []).append(value)
     records = []
     for partition, futures in sorted(groups.items()):
         for value in batch_values(futures, batch_size, max_batch_bytes):
@@ -351,43 +335,6 @@ def build_batches(
                 )
             )
     return records, handles
-
-
-#: ``FutureBatch.futures``' tag: field 1, length-delimited.
-_FUTURES_TAG = b"\x0a"
-
-
-def batch_values(futures: Iterable[bytes], max_count: int, max_bytes: int) -> Iterator[bytes]:
-    """Serialized ``FutureBatch`` values holding the serialized ``futures``, in order, each of at
-    most ``max_count`` of them and ``max_bytes`` (a single larger one alone).
-
-    Laid out as protobuf lays out a repeated message field (each element tagged and
-    length-prefixed, one after the other), without a message object per timer: a
-    ``FutureBatch`` built from ``Future`` messages copies each one into it first.
-    """
-    parts: list[bytes] = []
-    size = 0
-    for data in futures:
-        framed = _FUTURES_TAG + _varint(len(data)) + data
-        if parts and (len(parts) >= max_count or size + len(framed) > max_bytes):
-            yield b"".join(parts)
-            parts, size = [], 0
-        parts.append(framed)
-        size += len(framed)
-    if parts:
-        yield b"".join(parts)
-
-
-def _varint(value: int) -> bytes:
-    """``value`` (>= 0) as a protobuf varint."""
-    if value < 0x80:
-        return bytes((value,))
-    out = bytearray()
-    while value >= 0x80:
-        out.append(value & 0x7F | 0x80)
-        value >>= 7
-    out.append(value)
-    return bytes(out)
 
 
 def due_for(when: When) -> DueOptions:

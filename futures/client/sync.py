@@ -138,5 +138,5 @@ class TimerClient(_ClientCore):
             if err is not None:
                 self._reporter.keep(self._reporter.error_for(what, err))
 
+        # Its report is served by the next call's _check_usable, or by flush.
         _produce(self._producer, record, on_delivery)
-        self._producer.poll(0)

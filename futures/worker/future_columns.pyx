@@ -21,7 +21,7 @@ from libc.stdint cimport int64_t, uint64_t
 from libc.string cimport memcpy
 
 from futures.ingress.framing import MAGIC_BYTE
-from futures.worker.protowire cimport *
+from ktimers.protowire cimport *
 from ktimers.wire import KIND_BATCH, KIND_FUTURE, KIND_HEADER, header_value
 
 # A framed record's first byte (futures.ingress.framing.is_framed, read here as a C char).
@@ -104,38 +104,20 @@ cdef int _future(const unsigned char* buf, Py_ssize_t at, Py_ssize_t end, Read* 
     return 0
 
 
-cdef inline Py_ssize_t _varint_size(uint64_t n) noexcept nogil:
-    cdef Py_ssize_t size = 1
-    while n >= 0x80:
-        n >>= 7
-        size += 1
-    return size
-
-
-cdef inline char* _put_varint(char* out, uint64_t n) noexcept nogil:
-    """``n`` as a varint at ``out``; where it ends."""
-    while n >= 0x80:
-        out[0] = <char>((n & 0x7F) | 0x80)
-        out += 1
-        n >>= 7
-    out[0] = <char>n
-    return out + 1
-
-
 cdef bytes _stored(const unsigned char* future, Py_ssize_t size, bytes derived_id, const char* tail, Py_ssize_t tail_size):
     """The ``StoredTimer`` bytes of a ``Future``: its field (with the derived id appended, if
     any), then ``tail``."""
     cdef Py_ssize_t id_size = 0 if derived_id is None else PyBytes_GET_SIZE(derived_id)
-    cdef Py_ssize_t inner = size + (0 if derived_id is None else 1 + _varint_size(id_size) + id_size)
-    cdef bytes stored = PyBytes_FromStringAndSize(NULL, 1 + _varint_size(inner) + inner + tail_size)
+    cdef Py_ssize_t inner = size + (0 if derived_id is None else 1 + varint_size(id_size) + id_size)
+    cdef bytes stored = PyBytes_FromStringAndSize(NULL, 1 + varint_size(inner) + inner + tail_size)
     cdef char* out = PyBytes_AS_STRING(stored)
     out[0] = STORED_FUTURE_TAG
-    out = _put_varint(out + 1, inner)
+    out = put_varint(out + 1, inner)
     memcpy(out, future, size)
     out += size
     if derived_id is not None:
         out[0] = FUTURE_ID_TAG
-        out = _put_varint(out + 1, id_size)
+        out = put_varint(out + 1, id_size)
         memcpy(out, PyBytes_AS_STRING(derived_id), id_size)
         out += id_size
     memcpy(out, tail, tail_size)
@@ -150,7 +132,7 @@ cdef bytes _tail(bytes before, int64_t offset, bytes after):
     cdef Py_ssize_t field_size = 0
     if offset != 0:
         field[0] = SOURCE_OFFSET_TAG
-        field_size = _put_varint(field + 1, <uint64_t>offset) - field
+        field_size = put_varint(field + 1, <uint64_t>offset) - field
     cdef bytes tail = PyBytes_FromStringAndSize(NULL, size + field_size + after_size)
     cdef char* out = PyBytes_AS_STRING(tail)
     memcpy(out, PyBytes_AS_STRING(before), size)

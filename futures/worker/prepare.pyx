@@ -22,7 +22,7 @@ field number 0, a group (no message of ours has one), text that is not UTF-8 —
 from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize, PyBytes_GET_SIZE
 from libc.stdint cimport int64_t, uint64_t
 
-from futures.worker.protowire cimport *
+from ktimers.protowire cimport *
 
 import sys
 

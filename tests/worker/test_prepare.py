@@ -11,6 +11,7 @@ from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 import futures.worker.prepare as prepare_module
+from futures.client import request_wire
 from futures.worker import (
     built_ahead,
     callback_queue,
@@ -158,6 +159,7 @@ def test_a_value_that_is_not_bytes_is_refused() -> None:
         callback_queue,
         fired_columns,
         built_ahead,
+        request_wire,
     ],
 )
 def test_the_compiled_modules_are_built_from_their_sources(module: ModuleType) -> None:
@@ -166,12 +168,13 @@ def test_the_compiled_modules_are_built_from_their_sources(module: ModuleType) -
     built = Path(module.__file__ or "")
     assert built.suffix == ".so", f"{built} is not a compiled module"
     name = module.__name__.rpartition(".")[2]
-    for source in (built.parent / f"{name}.pyx", built.parent / "protowire.pxd"):
+    for source in (built.parent / f"{name}.pyx", REPO / "ktimers" / "protowire.pxd"):
         assert built.stat().st_mtime >= source.stat().st_mtime, (
             f"{built} is older than {source}: run make venv"
         )
 
 
+REPO = Path(__file__).resolve().parents[2]
 _SURROGATE, _OVERLONG, _PAST_UNICODE = b"\xed\xa0\x80", b"\xc0\xaf", b"\xf4\x90\x80\x80"
 
 

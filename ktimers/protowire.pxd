@@ -1,7 +1,8 @@
-# The protobuf wire format (https://protobuf.dev/programming-guides/encoding/), read in C by the
-# worker's compiled modules: prepare.pyx (stored timers) and future_columns.pyx (requests).
-# Inline functions over a buffer and a position; each returns -1 where protobuf would refuse the
-# bytes, and leaves it to its caller to say so.
+# The protobuf wire format (https://protobuf.dev/programming-guides/encoding/) in C, for the
+# compiled modules: read by the worker's prepare.pyx (stored timers) and future_columns.pyx
+# (requests), written by the latter and the client's request_wire.pyx (requests).
+# Inline functions over a buffer and a position; each reader returns -1 where protobuf would
+# refuse the bytes, and leaves it to its caller to say so.
 
 from libc.stdint cimport uint64_t
 
@@ -130,3 +131,22 @@ cdef inline bint is_utf8(const unsigned char* s, Py_ssize_t n) noexcept nogil:
                 return False
         i += 1 + more
     return True
+
+
+cdef inline Py_ssize_t varint_size(uint64_t n) noexcept nogil:
+    """The bytes of ``n`` as a varint."""
+    cdef Py_ssize_t size = 1
+    while n >= 0x80:
+        n >>= 7
+        size += 1
+    return size
+
+
+cdef inline char* put_varint(char* out, uint64_t n) noexcept nogil:
+    """``n`` as a varint at ``out``; where it ends."""
+    while n >= 0x80:
+        out[0] = <char>((n & 0x7F) | 0x80)
+        out += 1
+        n >>= 7
+    out[0] = <char>n
+    return out + 1
