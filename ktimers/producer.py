@@ -16,6 +16,9 @@ from confluent_kafka.admin import ClusterMetadata
 DeliveryCallback = Callable[[KafkaError | None, Message], None]
 RecordHeaders = list[tuple[str, str | bytes | None]]
 
+#: ``partition`` of ``produce`` when the producer's partitioner chooses (librdkafka's UA).
+ANY_PARTITION = -1
+
 
 class ProducerLike(Protocol):
     """The calls of ``confluent_kafka.Producer`` that kafka-timers makes.

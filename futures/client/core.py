@@ -23,7 +23,7 @@ from futures.client.records import (
 )
 from ktimers.config import CommonConfig
 from ktimers.errors import ConfigError, DeliveryError, TimersError
-from ktimers.producer import DeliveryCallback, ProducerLike
+from ktimers.producer import ANY_PARTITION, DeliveryCallback, ProducerLike
 
 
 def producer_config_for(common: CommonConfig, overrides: Mapping[str, Any] | None) -> dict[str, Any]:
@@ -82,6 +82,8 @@ class _Reporter:
 
     def raise_pending(self) -> None:
         """Raise the first kept error (once), naming how many more failed since."""
+        if self._first is None:
+            return  # read without the lock: an error kept meanwhile is raised by the next call
         with self._lock:
             first, more = self._first, self._more
             self._first, self._more = None, 0
@@ -218,21 +220,14 @@ def _produce(
 
     With ``retry_when_full=False`` a full queue raises ``BufferError`` to the caller.
     """
+    # Positional, in confluent-kafka's order (ProducerLike): it parses keywords at a cost
+    # close to queueing the record.
+    partition = ANY_PARTITION if record.partition is None else record.partition
     for attempt in range(2):
         try:
-            if record.partition is None:
-                producer.produce(
-                    record.topic, record.value, record.key, on_delivery=on_delivery, headers=record.headers
-                )
-            else:
-                producer.produce(
-                    record.topic,
-                    record.value,
-                    record.key,
-                    on_delivery=on_delivery,
-                    headers=record.headers,
-                    partition=record.partition,
-                )
+            producer.produce(
+                record.topic, record.value, record.key, partition, on_delivery, None, 0, record.headers
+            )
             return
         except BufferError as exc:
             if not retry_when_full:

@@ -27,7 +27,7 @@ from confluent_kafka import KafkaError, KafkaException, Message
 
 from ktimers.config import KafkaConfig
 from ktimers.errors import DeliveryError
-from ktimers.producer import ProducerLike, RecordHeaders
+from ktimers.producer import ANY_PARTITION, ProducerLike, RecordHeaders
 
 #: How long librdkafka retries one record before reporting it failed (ms). A
 #: wait for delivery never lasts longer than this, so one unwritable topic cannot stall firing.
@@ -121,9 +121,6 @@ _POLL_LATER_S = 0.01
 
 #: How long :meth:`KafkaWriter.delivered` blocks to send the awaited records at once (s).
 SEND_NOW_S = 0.001
-
-#: ``partition`` of :meth:`KafkaWriter.produce` when the producer's partitioner chooses (librdkafka's UA).
-ANY_PARTITION = -1
 
 #: librdkafka's default ``message.max.bytes``.
 DEFAULT_MAX_RECORD_BYTES = 1_000_000

@@ -51,7 +51,18 @@ class FakeProducer:
     _queue: list = field(default_factory=list)
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
-    def produce(self, topic, value=None, key=None, *, on_delivery=None, headers=None):
+    def produce(
+        self,
+        topic,
+        value=None,
+        key=None,
+        partition=-1,
+        callback=None,
+        on_delivery=None,
+        timestamp=0,
+        headers=None,
+    ):
+        on_delivery = on_delivery or callback
         with self._lock:
             self.records.append(Produced(topic, key, value, list(headers or [])))
             self._queue.append((on_delivery, self.fail_next))

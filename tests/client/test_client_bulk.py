@@ -42,9 +42,22 @@ class FakeProducer:
     _queue: list = field(default_factory=list)
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
-    def produce(self, topic, value=None, key=None, *, on_delivery=None, headers=None, partition=None):
+    def produce(
+        self,
+        topic,
+        value=None,
+        key=None,
+        partition=-1,
+        callback=None,
+        on_delivery=None,
+        timestamp=0,
+        headers=None,
+    ):
+        on_delivery = on_delivery or callback
         with self._lock:
-            self.sent.append(Sent(topic, key, value, list(headers or []), partition))
+            self.sent.append(
+                Sent(topic, key, value, list(headers or []), None if partition < 0 else partition)
+            )
             self._queue.append(on_delivery)
 
     def poll(self, timeout=-1):
