@@ -2,10 +2,10 @@
 """Timer request values in protobuf's wire format, and new timer ids: compiled.
 
 Every timer a client schedules is one ``Future`` value: a record of its own, or one element
-of a ``FutureBatch``. Built as a protobuf message, its fields were parsed from keyword
-arguments and copied into the message, then out of it: a third of what building a request
-cost the client. :func:`encode_future` lays them out directly, in field
-number order as protobuf serializes them, so the bytes are the ones protobuf would write
+of a ``FutureBatch``. A protobuf message built for it parses each keyword argument and copies
+the fields in, then out again, which would be a third of what building a request costs the
+client. :func:`encode_future` lays them out directly, in field number order as protobuf
+serializes them, so the bytes are the ones protobuf would write
 (``tests/client/test_request_wire.py`` checks both against any input). The fields a few
 timers carry (headers, a recurrence) are serialized by protobuf and appended: a message's
 fields may come in any order, and each of those appears once.
@@ -46,7 +46,8 @@ cdef inline char* _put_field(char* at, unsigned char tag, bytes data):
 
 
 def encode_future(
-    bytes topic, bytes key, bytes payload, bytes timer_id, int64_t due_ms, bytes token, bytes rest
+    bytes topic not None, bytes key not None, bytes payload not None, bytes timer_id not None,
+    int64_t due_ms, bytes token not None, bytes rest not None,
 ):
     """A serialized ``Future``: callBackTopic, callBackKey (UTF-8), callBack, id, due_ms and token
     (b"": none), then ``rest``, serialized fields 7 and up (b"": none)."""
@@ -89,7 +90,7 @@ cdef bytes _join(list futures, Py_ssize_t start, Py_ssize_t end, Py_ssize_t size
     return out
 
 
-def batch_values(list futures, Py_ssize_t max_count, Py_ssize_t max_bytes):
+def batch_values(list futures not None, Py_ssize_t max_count, Py_ssize_t max_bytes):
     """Serialized ``FutureBatch`` values holding the serialized ``futures`` (bytes), in order,
     each of at most ``max_count`` of them and ``max_bytes`` (a single larger one alone).
 
@@ -134,7 +135,7 @@ def random_id():
     """A new timer id: a random uuid4 as 32 hex digits, as ``uuid.uuid4().hex`` gives it.
 
     Its 16 random bytes come from the OS (``os.urandom``, as ``uuid4`` takes them), drawn
-    256 ids at a time: one system call per id was half of what the id cost. Safe from any
+    256 ids at a time: a system call per id would be half of what the id costs. Safe from any
     thread: nothing between taking the bytes and moving past them lets another thread run.
     """
     global _pool, _taken

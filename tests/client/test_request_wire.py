@@ -52,6 +52,11 @@ def test_a_due_time_of_zero_is_still_written():
     assert parsed.HasField("due_ms") and parsed.due_ms == 0
 
 
+def test_none_for_a_field_is_a_type_error():
+    with pytest.raises(TypeError):
+        encode_future(b"t", None, b"", b"id", 0, b"", b"")  # type: ignore[arg-type]
+
+
 def test_ids_are_uuid4_hex_and_never_repeat():
     ids = [random_id() for _ in range(20_000)]  # many times the ids drawn from the OS at once
     assert len(set(ids)) == len(ids)
