@@ -5,6 +5,7 @@
 # refuse the bytes, and leaves it to its caller to say so.
 
 from libc.stdint cimport uint64_t
+from libc.string cimport memcpy
 
 cdef enum:
     VARINT = 0
@@ -150,3 +151,17 @@ cdef inline char* put_varint(char* out, uint64_t n) noexcept nogil:
         n >>= 7
     out[0] = <char>n
     return out + 1
+
+
+cdef inline Py_ssize_t len_field_size(Py_ssize_t size) noexcept nogil:
+    """The bytes of a length-delimited field of ``size`` bytes, its tag one byte (fields 1-15)."""
+    return 1 + varint_size(size) + size
+
+
+cdef inline char* put_len_field(char* out, unsigned char tag, const char* data, Py_ssize_t size) noexcept nogil:
+    """A length-delimited field at ``out``: ``tag``, ``size`` as a varint, then ``size`` bytes of
+    ``data``; where it ends."""
+    out[0] = <char>tag
+    out = put_varint(out + 1, size)
+    memcpy(out, data, size)
+    return out + size

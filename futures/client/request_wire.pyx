@@ -30,19 +30,14 @@ cdef unsigned char _FUTURES = (BATCH_FUTURES << 3) | LEN
 
 
 cdef inline Py_ssize_t _field_size(bytes data):
-    """A length-delimited field's size on the wire: none when empty (proto3 leaves it out)."""
+    """A string or bytes field's size on the wire: none when empty (proto3 leaves it out)."""
     cdef Py_ssize_t size = PyBytes_GET_SIZE(data)
-    return 0 if size == 0 else 1 + varint_size(size) + size
+    return 0 if size == 0 else len_field_size(size)
 
 
 cdef inline char* _put_field(char* at, unsigned char tag, bytes data):
     cdef Py_ssize_t size = PyBytes_GET_SIZE(data)
-    if size == 0:
-        return at
-    at[0] = <char>tag
-    at = put_varint(at + 1, size)
-    memcpy(at, PyBytes_AS_STRING(data), size)
-    return at + size
+    return at if size == 0 else put_len_field(at, tag, PyBytes_AS_STRING(data), size)
 
 
 def encode_future(
@@ -70,23 +65,15 @@ def encode_future(
     return out
 
 
-cdef inline Py_ssize_t _element_size(bytes future):
-    cdef Py_ssize_t size = PyBytes_GET_SIZE(future)
-    return 1 + varint_size(size) + size
-
-
 cdef bytes _join(list futures, Py_ssize_t start, Py_ssize_t end, Py_ssize_t size):
+    """``futures[start:end]`` as one ``FutureBatch`` of ``size`` bytes: each an element, empty or not."""
     cdef bytes out = PyBytes_FromStringAndSize(NULL, size)
     cdef char* at = PyBytes_AS_STRING(out)
     cdef bytes future
-    cdef Py_ssize_t i, length
+    cdef Py_ssize_t i
     for i in range(start, end):
         future = <bytes>futures[i]
-        length = PyBytes_GET_SIZE(future)
-        at[0] = <char>_FUTURES
-        at = put_varint(at + 1, length)
-        memcpy(at, PyBytes_AS_STRING(future), length)
-        at += length
+        at = put_len_field(at, _FUTURES, PyBytes_AS_STRING(future), PyBytes_GET_SIZE(future))
     return out
 
 
@@ -103,7 +90,7 @@ def batch_values(list futures not None, Py_ssize_t max_count, Py_ssize_t max_byt
     for i in range(count):
         if not isinstance(futures[i], bytes):
             raise TypeError(f"a serialized Future (bytes) is needed, not {type(futures[i]).__name__}")
-        element = _element_size(<bytes>futures[i])
+        element = len_field_size(PyBytes_GET_SIZE(<bytes>futures[i]))
         if i > start and (i - start >= max_count or size + element > max_bytes):
             values.append(_join(futures, start, i, size))
             start, size = i, 0

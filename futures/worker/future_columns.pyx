@@ -107,19 +107,16 @@ cdef int _future(const unsigned char* buf, Py_ssize_t at, Py_ssize_t end, Read* 
 cdef bytes _stored(const unsigned char* future, Py_ssize_t size, bytes derived_id, const char* tail, Py_ssize_t tail_size):
     """The ``StoredTimer`` bytes of a ``Future``: its field (with the derived id appended, if
     any), then ``tail``."""
-    cdef Py_ssize_t id_size = 0 if derived_id is None else PyBytes_GET_SIZE(derived_id)
-    cdef Py_ssize_t inner = size + (0 if derived_id is None else 1 + varint_size(id_size) + id_size)
-    cdef bytes stored = PyBytes_FromStringAndSize(NULL, 1 + varint_size(inner) + inner + tail_size)
+    cdef Py_ssize_t inner = size + (0 if derived_id is None else len_field_size(PyBytes_GET_SIZE(derived_id)))
+    cdef bytes stored = PyBytes_FromStringAndSize(NULL, len_field_size(inner) + tail_size)
     cdef char* out = PyBytes_AS_STRING(stored)
+    # The field's bytes are the Future's and the derived id's field: its tag and length, then each.
     out[0] = STORED_FUTURE_TAG
     out = put_varint(out + 1, inner)
     memcpy(out, future, size)
     out += size
     if derived_id is not None:
-        out[0] = FUTURE_ID_TAG
-        out = put_varint(out + 1, id_size)
-        memcpy(out, PyBytes_AS_STRING(derived_id), id_size)
-        out += id_size
+        out = put_len_field(out, FUTURE_ID_TAG, PyBytes_AS_STRING(derived_id), PyBytes_GET_SIZE(derived_id))
     memcpy(out, tail, tail_size)
     return stored
 
