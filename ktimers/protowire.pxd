@@ -18,6 +18,7 @@ cdef enum:
 cdef enum:
     STORED_FUTURE = 1  # StoredTimer.future
     STORED_SOURCE_OFFSET = 3  # StoredTimer.source_offset
+    STORED_SOURCE_TOPIC = 5  # StoredTimer.source_topic
     BATCH_FUTURES = 1  # FutureBatch.futures
     FUTURE_TOPIC = 1  # Future.callBackTopic
     FUTURE_KEY = 2  # Future.callBackKey
@@ -29,6 +30,8 @@ cdef enum:
     FUTURE_RECURRENCE = 8  # Future.recurrence
     HEADER_KEY = 1  # Header.key
     HEADER_VALUE = 2  # Header.value
+    RECURRENCE_CRON = 1  # Recurrence.cron
+    RECURRENCE_TIME_ZONE = 2  # Recurrence.time_zone
     RECURRENCE_ORDINAL = 6  # Recurrence.ordinal
 
 

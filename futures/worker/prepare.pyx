@@ -71,10 +71,16 @@ cdef inline bytes _raw(const unsigned char* buf, Py_ssize_t at, Py_ssize_t size)
     return PyBytes_FromStringAndSize(<const char*>buf + at, size)
 
 
-cdef inline bytes _utf8(const unsigned char* buf, Py_ssize_t at, Py_ssize_t size):
-    """A string field's bytes, checked to be UTF-8."""
+cdef inline int _check_utf8(const unsigned char* buf, Py_ssize_t at, Py_ssize_t size) except -1:
+    """Refuses a string field's bytes that are not UTF-8, as protobuf does."""
     if not is_utf8(buf + at, size):
         _refuse()
+    return 0
+
+
+cdef inline bytes _utf8(const unsigned char* buf, Py_ssize_t at, Py_ssize_t size):
+    """A string field's bytes, checked to be UTF-8."""
+    _check_utf8(buf, at, size)
     return _raw(buf, at, size)
 
 
@@ -152,11 +158,16 @@ cdef int _header(const unsigned char* buf, Py_ssize_t at, Py_ssize_t end, _Field
 cdef int _recurrence(const unsigned char* buf, Py_ssize_t at, Py_ssize_t end, _Fields fields) except -1:
     cdef uint64_t field
     cdef int wire
+    cdef Py_ssize_t size
     fields.series = True
     while at < end:
         wire = _tag(buf, &at, end, &field)
         if wire == VARINT and field == RECURRENCE_ORDINAL:
             fields.ordinal = _int64(buf, &at, end)
+        elif wire == LEN and (field == RECURRENCE_CRON or field == RECURRENCE_TIME_ZONE):
+            size = _length(buf, &at, end)
+            _check_utf8(buf, at, size)
+            at += size
         else:
             _skip(buf, &at, end, wire)
     return 0
@@ -212,6 +223,10 @@ def prepare(bytes key, int partition, bytes stored not None):
             at += size
         elif wire == VARINT and field == STORED_SOURCE_OFFSET:
             fields.source_offset = _int64(buf, &at, end)
+        elif wire == LEN and field == STORED_SOURCE_TOPIC:
+            size = _length(buf, &at, end)
+            _check_utf8(buf, at, size)
+            at += size
         else:
             _skip(buf, &at, end, wire)
     own = () if fields.headers is None else tuple(fields.headers)

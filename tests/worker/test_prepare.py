@@ -129,6 +129,9 @@ def test_unknown_fields_are_skipped(timer: StoredTimer, unknown: list[tuple[int,
 @example(stored=b"\x18" + b"\xff" * 10 + b"\x01")  # a varint of eleven bytes
 @example(stored=b"\x0a\x04\x0a\x02\xc3\x28")  # a callback topic that is not UTF-8
 @example(stored=b"\x0a\x04\x12\x02\xc3\x28")  # a callback key that is not UTF-8
+@example(stored=b"\x2a\x01\x80\x08\x00")  # a source topic that is not UTF-8
+@example(stored=b"\x0a\x05\x42\x03\x0a\x01\x80")  # a cron expression that is not UTF-8
+@example(stored=b"\x0a\x05\x42\x03\x12\x01\x80")  # a time zone that is not UTF-8
 def test_any_bytes_give_the_callback_protobuf_reads_or_a_decode_error(stored: bytes) -> None:
     try:
         callback = prepare(b"k", 0, stored)
