@@ -9,11 +9,13 @@ durable writes the same way for all of them:
    listing the fired ones: :meth:`PartitionTimers.fired_records`), all delivered —
    the changelog records through the quiet producer, which reports only failures
    (:mod:`futures.worker.kafka`);
-2. then each partition's progress record (watermark and last applied request
-   offset), in a batch of its own, its offset reported: it acknowledges the
-   requests it covers, so a restart skips them only once everything they caused is
-   written;
-3. and the local RocksDB tables, through :meth:`PartitionTimers.apply`, as a
+2. then, where the write applied records of other ingress topics
+   (``TIMERS_INGRESS_TOPICS``), their progress records, delivered;
+3. then each partition's progress record (watermark and last applied request
+   offset), in a batch of its own, its offset reported: like those of step 2, it
+   acknowledges the requests it covers, so a restart skips them only once
+   everything they caused is written;
+4. and the local RocksDB tables, through :meth:`PartitionTimers.apply`, as a
    replay of the changelog would, without waiting for the progress records: they
    land while the next step runs, and nothing more is written to their partitions
    until they have (:mod:`futures.worker.progress`).
@@ -77,6 +79,27 @@ class Changes:
         )
 
 
+async def _topic_progress(
+    ctx: EngineContext, changes: dict[int, Changes], staged: dict[int, list[Record]]
+) -> None:
+    """Write the progress of the other ingress topics' records a write applied, once what they
+    caused (their dead letters above all) is delivered, and before the closing progress record.
+
+    Like that record, each acknowledges the records it covers: written with them, it could
+    land while their dead letters are lost with the worker, and a restart would resume past
+    them. Delivered before the closing record is produced, which must be in a batch of its own.
+    """
+    deliveries = Deliveries()
+    for partition, part in changes.items():
+        if part.topic_offsets:
+            progress = [topic_progress_record(*p) for p in part.topic_offsets.items()]
+            staged[partition] += progress
+            ctx.writer.produce_many(ctx.config.changelog_topic, partition, progress, deliveries)
+    if deliveries.quiet:
+        await ctx.writer.delivered(deliveries)
+        deliveries.raise_first("changelog progress")
+
+
 @dataclass
 class Ahead:
     """The changelog records of a write produced while it is still being staged: how many of
@@ -126,12 +149,7 @@ async def commit(ctx: EngineContext, changes: dict[int, Changes], *, ahead: Ahea
     produced = {} if ahead is None else ahead.counts
     for partition, part in changes.items():
         done = produced.get(partition, 0)
-        # Other ingress topics' progress follows the records it covers.
-        staged[partition] = [
-            *part.records,
-            *ctx.tables(partition).fired_records(part.fired, fired_bytes),
-            *(topic_progress_record(*p) for p in part.topic_offsets.items()),
-        ]
+        staged[partition] = [*part.records, *ctx.tables(partition).fired_records(part.fired, fired_bytes)]
         writer.produce_many(changelog, partition, islice(staged[partition], done, None), deliveries)
     side = dispatch.take_side()  # this write's events and dead letters
     groups = (deliveries,) if ahead is None else (deliveries, ahead.deliveries)
@@ -139,6 +157,7 @@ async def commit(ctx: EngineContext, changes: dict[int, Changes], *, ahead: Ahea
     for group in groups:
         group.raise_first("changelog")
     side.raise_first("event or dead-letter")
+    await _topic_progress(ctx, changes, staged)
     # The tails come last in their partitions: their offsets are how far the changelog is written.
     for partition, part in changes.items():
         table = ctx.tables(partition)

@@ -40,9 +40,10 @@ already, and are skipped when a restarted or new owner reads them again from
 an older committed consumer offset — otherwise a re-read request for a timer
 that has fired would fire it again. Each other ingress topic feeding this
 partition (``TIMERS_INGRESS_TOPICS``) has its own ``m:progress:<topic>`` record,
-written in the same changelog write after the records it covers and before the
-closing ``m:progress``; a table written before those existed simply has none
-(its ``m:progress`` offset was, and stays, `timer-request`'s).
+written in the same changelog write after the records it covers, once the dead
+letters and events they caused are delivered, and before the closing
+``m:progress``; a table written before those existed simply has none (its
+``m:progress`` offset was, and stays, `timer-request`'s).
 
 Because the due time leads the key, "every timer due by second s" is one
 forward range scan, and scheduling k timers into one second is k puts.

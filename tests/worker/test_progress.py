@@ -45,6 +45,9 @@ class FormatsRig(Rig):
     def schedule_etf1(self, key: str, due_s: int, partition: int = 0) -> SourceRecord:
         return self._record(ETF1, partition, key.encode(), key.encode(), etf1_headers(due_s))
 
+    def etf1_without_epoch(self, key: str, due_s: int, partition: int = 0) -> SourceRecord:
+        return self._record(ETF1, partition, key.encode(), b"x", etf1_headers(due_s)[1:])
+
     def batch(self, *ids: str, due_ms: int, partition: int = 0) -> SourceRecord:
         futures = [Future(callBackTopic="orders", callBackKey=i, id=i, due_ms=due_ms) for i in ids]
         value = FutureBatch(futures=futures).SerializeToString()
@@ -298,6 +301,34 @@ def test_a_restart_before_a_progress_record_landed_reads_its_requests_again_and_
     assert table.pending == 2
     restarted.tick(T + 2)
     assert restarted.fired() == ["early", "late"]
+
+
+def test_a_restart_before_a_dead_letter_landed_reads_its_record_again(make):
+    """A refused record of another ingress topic is acknowledged only once its dead letter is."""
+    rig = make()
+    bad = rig.etf1_without_epoch("no-epoch", T + 5)
+    rig.producer.hold_if = lambda sent: sent.topic == rig.topics.dlq  # the letter is on its way
+
+    async def step_then_die() -> None:
+        step = asyncio.ensure_future(rig.engine.ingest([bad]))
+        await asyncio.sleep(0.05)
+        assert not step.done()
+        step.cancel()  # the worker dies before the letter landed
+
+    asyncio.run(step_then_die())
+    assert rig.dlq() == []
+    rebuilt = PartitionTimers(rig.directory / "rebuilt.db")
+    try:
+        rebuilt.apply([(s.key or b"", s.value) for s in rig.changelog(0)], offset=None)
+        assert rebuilt.topic_offset(ETF1) < bad.offset  # so a restart reads the record again
+    finally:
+        rebuilt.close()
+
+    restarted = make()
+    restarted.ingest(bad)
+    [letter] = restarted.dlq()
+    assert (letter.key, letter.header("kt-reason")) == (b"no-epoch", b"missing-header")
+    assert restarted.table(0).topic_offset(ETF1) == bad.offset
 
 
 def test_a_progress_record_that_failed_to_land_stops_the_next_write_to_its_partition(make):
