@@ -13,7 +13,7 @@ key                    value                       in the changelog?
 ``m:progress:`` + topic last applied offset (8)     yes
                        of another ingress topic
 ``i`` + id              due_ms(8)                   no: derived index for cancel/replace,
-                                                   valid while its timer is there
+(column family ``ids``)                            valid while its timer is there
 ``m:pending``           count (8)                   no: derived
 ``m:offset``            changelog offset (8)        no: how far the changelog is applied
 =====================  ==========================  ======================
@@ -47,6 +47,15 @@ letters and events they caused are delivered, and before the closing
 
 Because the due time leads the key, "every timer due by second s" is one
 forward range scan, and scheduling k timers into one second is k puts.
+
+The id index has a column family of its own, ``ids``, with its own SST files, and
+only those carry bloom filters. Every request looks its id up there and nearly every
+id is new, so nearly every lookup is a bloom filter saying "not here", file by file.
+With the index among the timers, every file held both, and the timers' filters,
+never asked, took their share of the block cache: at 3 M timers a new id's lookup
+cost 2.2-2.9 µs, against 1.1-1.4 µs in a column family of its own
+(``make bench-capacity``'s 10 M hot second spends most of its extra time there).
+A table written with the index among the timers has it moved when opened.
 Scans start at the watermark: below it lie the tombstones of fired timers, and
 only the few timers that came due there and are still to fire — accepted late,
 or kept after a transient callback failure. The lowest of those is the table's
@@ -93,6 +102,11 @@ from futures.worker.table_write import (
 from ktimers.wire import due_prefix, split_timer_key, timer_key
 
 log = logging.getLogger(__name__)
+
+#: The id index's column family.
+IDS = "ids"
+#: Index entries moved per write when a table written with them among the timers is opened.
+_MOVE_BATCH = 10_000
 
 PENDING_KEY = b"m:pending"
 OFFSET_KEY = b"m:offset"
@@ -237,8 +251,11 @@ class FoundIds:
 
 FOUND_IDS = FoundIds(1024 * 1024)
 
-#: Each partition table's memtables: WRITE_BUFFERS of WRITE_BUFFER_BYTES at most (bytes).
+#: Each partition table's memtables: WRITE_BUFFERS of WRITE_BUFFER_BYTES at most (bytes) for
+#: the timers, of IDS_WRITE_BUFFER_BYTES for the id index, whose entries are a fifth of a
+#: timer's size or less: the two flush about as often.
 WRITE_BUFFER_BYTES = 8 * 1024 * 1024
+IDS_WRITE_BUFFER_BYTES = 2 * 1024 * 1024
 WRITE_BUFFERS = 2
 #: Each memtable's bloom filter over whole keys, as a share of its size.
 MEMTABLE_BLOOM_RATIO = 0.02
@@ -262,26 +279,30 @@ def _prefix_end(prefix: bytes) -> bytes:
     return prefix[:-1] + bytes([prefix[-1] + 1])
 
 
-def _options() -> Options:
+def _options(*, bloom: bool) -> Options:
+    """A column family's options; ``bloom``: with bloom filters (the id index's)."""
     opts = Options(raw_mode=True)
     opts.create_if_missing(True)
+    opts.create_missing_column_families(True)
     # Memory stays flat however many timers are pending: small memtables,
     # data lives in SST files on disk.
-    opts.set_write_buffer_size(WRITE_BUFFER_BYTES)
+    buffer_bytes = IDS_WRITE_BUFFER_BYTES if bloom else WRITE_BUFFER_BYTES
+    opts.set_write_buffer_size(buffer_bytes)
     opts.set_max_write_buffer_number(WRITE_BUFFERS)
     opts.set_write_buffer_manager(MEMTABLES.manager)
-    # Nearly every id a request brings is new: its index lookup misses, and a miss searched
-    # each memtable's skip list from the top. A bloom filter over whole keys answers most of
-    # them; it takes 2 % of each memtable, inside the memtables' cap.
-    opts.set_memtable_prefix_bloom_ratio(MEMTABLE_BLOOM_RATIO)
-    opts.set_memtable_whole_key_filtering(True)
+    if bloom:
+        # Nearly every id a request brings is new: its index lookup misses, and a miss searched
+        # each memtable's skip list from the top. A bloom filter over whole keys answers most
+        # of them; it takes 2 % of each memtable, inside the memtables' cap.
+        opts.set_memtable_prefix_bloom_ratio(MEMTABLE_BLOOM_RATIO)
+        opts.set_memtable_whole_key_filtering(True)
     # The level below L0 sized as L0 is when it compacts (RocksDB's tuning rule). Its
     # default, 256 MiB, suits 64 MiB memtables: with ours, every 32 MiB compacted out of L0
     # would be merged into up to 256 MiB of it, as the id index's keys are random and overlap
     # all of it. At 2.5 M timers a table, compaction writes 1.1 GB this way and 1.7 GB with
     # the default, on the worker's other core.
     opts.set_level_zero_file_num_compaction_trigger(L0_COMPACTION_TRIGGER)
-    opts.set_max_bytes_for_level_base(WRITE_BUFFER_BYTES * L0_COMPACTION_TRIGGER)
+    opts.set_max_bytes_for_level_base(buffer_bytes * L0_COMPACTION_TRIGGER)
     # Index and filter blocks grow with the data; by default RocksDB keeps them
     # all in memory. In the (bounded, shared) block cache instead, memory stays
     # flat at any number of pending timers. Ticks scan in key order, so a small
@@ -290,16 +311,17 @@ def _options() -> Options:
     table.set_block_cache(_BLOCK_CACHE)
     table.set_cache_index_and_filter_blocks(True)
     table.set_pin_l0_filter_and_index_blocks_in_cache(True)
-    # Every request looks its id up in the index (latest wins), and nearly every
-    # id is new: a bloom filter answers "not here" without reading data blocks.
-    # 10 bits a key: ~1 % false positives.
-    table.set_bloom_filter(10, False)
+    if bloom:
+        # Every request looks its id up in the index (latest wins), and nearly every
+        # id is new: a bloom filter answers "not here" without reading data blocks.
+        # 10 bits a key: ~1 % false positives.
+        table.set_bloom_filter(10, False)
+        table.set_partition_filters(True)
     # Partitioned: an SST file's index and filter are many small blocks under a small
     # pinned top level, so a lookup loads a few KiB into the cache, not a whole
     # file's index and filter (MiBs at a million timers, evicted again at once by
     # the next file's: ~0.3-0.6 ms a lookup).
     table.set_index_type(BlockBasedIndexType.two_level_index_search())
-    table.set_partition_filters(True)
     table.set_pin_top_level_index_and_filter(True)
     opts.set_block_based_table_factory(table)
     return opts
@@ -311,8 +333,14 @@ class PartitionTimers:
     def __init__(self, path: Path) -> None:
         self.path = path
         path.parent.mkdir(parents=True, exist_ok=True)
-        self._db = Rdict(str(path), options=_options())
+        self._db = Rdict(
+            str(path), options=_options(bloom=False), column_families={IDS: _options(bloom=True)}
+        )
+        #: The id index, its column family. Write batches take its handle, asked for each
+        #: write: a handle keeps the database open, even once closed.
+        self._ids = self._db.get_column_family(IDS)
         MEMTABLES.add(self)
+        self._move_index()
         progress = self._db.get(PROGRESS_KEY)
         self.watermark, self.request_offset = (
             _PROGRESS.unpack(progress) if progress is not None else (NO_WATERMARK, NO_OFFSET)
@@ -334,6 +362,22 @@ class PartitionTimers:
         self._found: set[bytes] = set()
         self._found_bytes = 0
 
+    def _move_index(self) -> None:
+        """Move the id index of a table written with it among the timers to its column family."""
+        moved = 0
+        ids_cf = self._db.get_column_family_handle(IDS)
+        batch = WriteBatch(raw_mode=True)
+        for key, value in self._scan(INDEX_PREFIX):
+            batch.put(key, value, ids_cf)
+            moved += 1
+            if moved % _MOVE_BATCH == 0:
+                self._db.write(batch)
+                batch = WriteBatch(raw_mode=True)
+        if moved:
+            batch.delete_range(INDEX_PREFIX, _prefix_end(INDEX_PREFIX))
+            self._db.write(batch)
+            log.info("%s: moved %d id index entries to their column family", self.path, moved)
+
     def _last_fired_seq(self) -> int:
         it = self._db.iter()
         it.seek_for_prev(FIRED_PREFIX + b"\xff" * _U64.size)
@@ -349,10 +393,15 @@ class PartitionTimers:
         for key, value in self._scan(TOPIC_PROGRESS_PREFIX):
             yield key[len(TOPIC_PROGRESS_PREFIX) :].decode(), int(_I64.unpack(value)[0])
 
-    def _scan(self, prefix: bytes) -> Iterator[tuple[bytes, bytes]]:
-        """(key, value) of every key that starts with ``prefix``, in key order."""
+    def index_entries(self) -> Iterator[tuple[bytes, bytes]]:
+        """The id index: (``i`` + id, the due time's 8 bytes), in key order."""
+        return self._scan(INDEX_PREFIX, self._ids)
+
+    def _scan(self, prefix: bytes, db: Rdict | None = None) -> Iterator[tuple[bytes, bytes]]:
+        """(key, value) of every key that starts with ``prefix``, in key order, in the timers'
+        column family or ``db``."""
         bound = _bounded(_prefix_end(prefix))  # held: the iterator reads its bound from it
-        it = self._db.iter(bound)
+        it = (self._db if db is None else db).iter(bound)
         it.seek(prefix)
         while it.valid():
             yield bytes(it.key()), bytes(it.value())
@@ -410,7 +459,7 @@ class PartitionTimers:
         """:meth:`due_of` by the id's UTF-8 bytes (ingest has them already); as :meth:`dues_of_ids`,
         an entry counts only while its timer is in the table."""
         index_key = INDEX_PREFIX + timer_id
-        raw = self._db.get(index_key)
+        raw = self._ids.get(index_key)
         if raw is None:
             return None
         self._note_found([index_key])
@@ -428,7 +477,7 @@ class PartitionTimers:
         brings is new and has no entry: that costs nothing more.
         """
         index_keys = [INDEX_PREFIX + i for i in timer_ids]
-        raws: list[bytes | None] = self._db.get(index_keys)  # type: ignore[arg-type, assignment]
+        raws: list[bytes | None] = self._ids.get(index_keys)  # type: ignore[arg-type, assignment]
         dues: list[int | None] = [None] * len(raws)
         found = [(n, raw) for n, raw in enumerate(raws) if raw is not None]
         if found:
@@ -540,7 +589,7 @@ class PartitionTimers:
         gone = [key for key in listed if key not in held] if held else listed
         index_keys = [INDEX_PREFIX + key[_TIMER_ID_AT:] for key in gone]
         read = [index_key for index_key in index_keys if index_key in found] if trusted else index_keys
-        raws: list[bytes | None] = self._db.get(read)  # type: ignore[arg-type, assignment]
+        raws: list[bytes | None] = self._ids.get(read)  # type: ignore[arg-type, assignment]
         points = dict(zip(read, raws, strict=True))
         stale = [
             index_key
@@ -649,9 +698,10 @@ class PartitionTimers:
         batch = WriteBatch(raw_mode=True)
         # A timer put at or below the watermark (accepted late) lowers the low mark.
         below = TIMER_PREFIX + due_prefix(self._watermark_ms() + 1)
+        ids_cf = self._db.get_column_family_handle(IDS)
         delta, low, watermark, request_offset, topic_offsets, self._fired_seq = fill(
-            batch, self._db, records, pending_delta is None, below, self._low_ms, stale_index,
-            self.topic_offset, self.watermark, self.request_offset, self._fired_seq,
+            batch, self._db, self._ids, ids_cf, records, pending_delta is None, below, self._low_ms,
+            stale_index, self.topic_offset, self.watermark, self.request_offset, self._fired_seq,
         )  # fmt: skip
         if pending_delta is not None:
             delta = pending_delta
@@ -683,7 +733,7 @@ class PartitionTimers:
         """The table's size on disk and in memory, and the compaction it owes (safe from any thread)."""
 
         def read(name: str) -> int:
-            return int(self._db.property_int_value(name) or 0)
+            return sum(int(cf.property_int_value(name) or 0) for cf in (self._db, self._ids))
 
         return TableSizes(
             sst=read("rocksdb.live-sst-files-size"),
@@ -713,12 +763,15 @@ class PartitionTimers:
     def flushing(self) -> bool:
         """Whether RocksDB has memtables of this table to flush (False once it is closed)."""
         try:
-            return bool(self._db.property_int_value("rocksdb.num-immutable-mem-table"))
+            name = "rocksdb.num-immutable-mem-table"
+            return any(cf.property_int_value(name) for cf in (self._db, self._ids))
         except DbClosedError:
             return False
 
     def close(self) -> None:
         self._forget_found()
+        # A column family keeps its database open: the closed database stands in for it.
+        self._ids = self._db
         self._db.close()
 
     def destroy(self) -> None:

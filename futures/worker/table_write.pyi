@@ -1,7 +1,7 @@
 # The compiled module's types (table_write.pyx).
 from collections.abc import Callable, Iterable
 
-from rocksdict import Rdict, WriteBatch
+from rocksdict import ColumnFamily, Rdict, WriteBatch
 
 TIMER_PREFIX: bytes
 FIRED_PREFIX: bytes
@@ -13,6 +13,8 @@ RANGE_MIN_KEYS: int
 def fill(
     batch: WriteBatch,
     db: Rdict,
+    ids: Rdict,
+    ids_cf: ColumnFamily,
     records: Iterable[tuple[bytes, bytes | None]],
     replay: bool,
     below: bytes,

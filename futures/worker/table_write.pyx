@@ -50,6 +50,8 @@ cdef class _Write:
 
     cdef object batch
     cdef object db
+    cdef object ids
+    cdef object ids_cf
     cdef bint replay
     cdef Py_ssize_t delta
     # Whether each timer key exists once the records so far are applied (replay only): the
@@ -64,9 +66,11 @@ cdef class _Write:
     # Timer keys this write puts (live): a range tombstone later in the batch would delete them.
     cdef list put_keys
 
-    def __cinit__(self, batch, db, bint replay, list unindexed):
+    def __cinit__(self, batch, db, ids, ids_cf, bint replay, list unindexed):
         self.batch = batch
         self.db = db
+        self.ids = ids
+        self.ids_cf = ids_cf
         self.replay = replay
         self.delta = 0
         self.present = {}
@@ -115,20 +119,19 @@ cdef class _Write:
         points_at = self.indexed.get(index_key)
         if points_at is None and self.replay:
             # The put may be in an earlier batch of the same write.
-            raw = self.db.get(index_key)
+            raw = self.ids.get(index_key)
             points_at = None if raw is None else bytes(raw)
         if points_at is None or points_at == key[1:_ID_AT]:
             self.unindexed.append(index_key)
             self.indexed.pop(index_key, None)
 
 
-def fill(batch, db, records, bint replay, bytes below, low, stale_index, topic_offset, watermark,
-         request_offset, fired_seq):
+def fill(batch, db, ids, ids_cf, records, bint replay, bytes below, low, stale_index, topic_offset,
+         watermark, request_offset, fired_seq):
     """Put the operations of ``records`` (changelog records, in order) into ``batch`` for
-    ``db``, a partition table, and the index entries they change after them, in the same final
-    state as the records applied one by one (RocksDB inserts a run of ascending keys into its
-    memtable for a few comparisons each, and timer keys alternating with index keys broke every
-    run).
+    ``db``, a partition table, and the index entries they change after them into its column
+    family ``ids`` (``ids_cf``: its handle, for the batch), in the same final state as the
+    records applied one by one.
 
     ``replay``: the records come from the changelog, so each is checked against the table (the
     count of pending timers changes by what it finds; an ``f`` record deletes the timers it
@@ -140,7 +143,7 @@ def fill(batch, db, records, bint replay, bytes below, low, stale_index, topic_o
     Returns ``(delta, low, watermark, request_offset, topic_offsets, fired_seq)``: the change in
     pending timers (replay), and what the records move.
     """
-    cdef _Write write = _Write(batch, db, replay, list(stale_index))
+    cdef _Write write = _Write(batch, db, ids, ids_cf, replay, list(stale_index))
     cdef dict indexed = write.indexed
     cdef dict topic_offsets = {}
     cdef bytes key, index_key
@@ -188,7 +191,7 @@ def fill(batch, db, records, bint replay, bytes below, low, stale_index, topic_o
                 known = topic_offset(topic)
             topic_offsets[topic] = max(known, record_offset)
     for index_key in write.unindexed:
-        delete(index_key)
+        delete(index_key, ids_cf)
     for index_key, points_at in indexed.items():
-        put(index_key, points_at)
+        put(index_key, points_at, ids_cf)
     return write.delta, low, watermark, request_offset, topic_offsets, fired_seq

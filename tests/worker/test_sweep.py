@@ -195,7 +195,7 @@ def test_each_partitions_sweep_goes_on_where_it_stopped_when_another_was_cut_sho
 
 
 def _indexed_ids(table: PartitionTimers) -> set[str]:
-    return {key[len(INDEX_PREFIX) :].decode() for key, _ in table._scan(INDEX_PREFIX)}
+    return {key[len(INDEX_PREFIX) :].decode() for key, _ in table.index_entries()}
 
 
 def test_a_fired_timer_is_not_pending_to_a_cancel_or_a_new_version_before_the_sweep(
@@ -401,8 +401,8 @@ def test_an_idle_table_steps_over_none_of_the_tombstones_a_swept_burst_left(
     real_options = table_module._options
     counted: list[Options] = []
 
-    def options_with_statistics() -> Options:
-        options = real_options()
+    def options_with_statistics(*, bloom: bool) -> Options:
+        options = real_options(bloom=bloom)
         options.enable_statistics()
         counted.append(options)
         return options

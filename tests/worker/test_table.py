@@ -166,7 +166,7 @@ def test_records_applied_in_one_write_leave_the_table_and_index_they_leave_one_a
             assert state(at_once) == state(one_by_one)
             assert [at_once.due_of(i) for i in "xy"] == [one_by_one.due_of(i) for i in "xy"]
             # The id index too, entry for entry: none left behind pointing at a deleted timer.
-            assert list(at_once._scan(INDEX_PREFIX)) == list(one_by_one._scan(INDEX_PREFIX))
+            assert list(at_once.index_entries()) == list(one_by_one.index_entries())
         finally:
             one_by_one.close()
             at_once.close()
@@ -375,8 +375,8 @@ def test_writes_wait_for_flushes_rather_than_pile_memtables_past_the_budget_behi
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # A disk that writes 4 MiB/s: flushes fall behind the writes.
-    def slow_disk() -> Options:
-        opts = table_options()
+    def slow_disk(*, bloom: bool) -> Options:
+        opts = table_options(bloom=bloom)
         opts.set_ratelimiter(4 * 2**20, 100_000, 10)
         return opts
 
@@ -405,9 +405,38 @@ def test_a_table_dropped_without_closing_is_closed_when_collected(tmp_path: Path
         again.close()
 
 
+def test_a_table_written_with_its_id_index_among_the_timers_moves_it_when_opened(tmp_path: Path) -> None:
+    # The layout where one column family held everything: a timer, its index entry, its progress.
+    path = tmp_path / "p0.db"
+    db = Rdict(str(path), table_options(bloom=True))
+    for n in range(25_000):
+        key, _ = put(T_MS + n, f"t{n:05d}")
+        db[key] = b"stored"
+        db[INDEX_PREFIX + f"t{n:05d}".encode()] = key[1:9]
+    db.close()
+
+    table = PartitionTimers(path)
+    try:
+        assert table.due_of("t00007") == T_MS + 7
+        assert table.dues_of_ids([b"t24999", b"new"]) == [T_MS + 24_999, None]
+        assert len(list(table.index_entries())) == 25_000
+        assert list(table._scan(INDEX_PREFIX)) == []  # none left among the timers
+        # A new version replaces the moved one, as it would have in the old layout.
+        table.apply([tomb(T_MS + 7, "t00007"), put(T_MS + 99_000, "t00007")], None, pending_delta=0)
+        assert table.due_of("t00007") == T_MS + 99_000
+    finally:
+        table.close()
+    reopened = PartitionTimers(path)  # the move is done once
+    try:
+        assert reopened.due_of("t00007") == T_MS + 99_000
+        assert len(list(reopened.index_entries())) == 25_000
+    finally:
+        reopened.close()
+
+
 def test_a_large_table_is_stored_compressed_on_disk(tmp_path: Path) -> None:
     """The levels a compaction writes, which hold nearly all of a large table, are compressed."""
-    db = Rdict(str(tmp_path / "t.db"), table_options())
+    db = Rdict(str(tmp_path / "t.db"), table_options(bloom=False))
     raw = 0
     for n in range(60_000):
         key, value = table_key(T_MS + n, f"timer-{n}"), b"callback payload " * 8
