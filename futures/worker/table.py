@@ -48,14 +48,15 @@ letters and events they caused are delivered, and before the closing
 Because the due time leads the key, "every timer due by second s" is one
 forward range scan, and scheduling k timers into one second is k puts.
 
-The id index has a column family of its own, ``ids``, with its own SST files, and
-only those carry bloom filters. Every request looks its id up there and nearly every
-id is new, so nearly every lookup is a bloom filter saying "not here", file by file.
-With the index among the timers, every file held both, and the timers' filters,
-never asked, took their share of the block cache: at 3 M timers a new id's lookup
-cost 2.2-2.9 µs, against 1.1-1.4 µs in a column family of its own
-(``make bench-capacity``'s 10 M hot second spends most of its extra time there).
-A table written with the index among the timers has it moved when opened.
+The id index has a column family of its own, ``ids``, with its own memtables and
+SST files, and only those carry bloom filters. Every request looks its id up there
+and nearly every id is new, so nearly every lookup is a bloom filter saying "not
+here", file by file. With the index among the timers, every file held both, and the
+timers' filters, never asked, took their share of the block cache: at 3 M timers a
+new id's lookup took 3.7-4.2 µs, against 2.5-2.8 µs in a column family of its own
+(docs/PERFORMANCE.md, *10 M pending*). One write batch spans both column families,
+atomically (the WAL). A table written with the index among the timers has it moved
+when opened.
 Scans start at the watermark: below it lie the tombstones of fired timers, and
 only the few timers that came due there and are still to fire — accepted late,
 or kept after a transient callback failure. The lowest of those is the table's
