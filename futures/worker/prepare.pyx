@@ -126,6 +126,14 @@ cdef int64_t _int64(const unsigned char* buf, Py_ssize_t* at, Py_ssize_t end) ex
     return <int64_t>number
 
 
+cdef int _skip_text(const unsigned char* buf, Py_ssize_t* at, Py_ssize_t end) except -1:
+    """Step over a string field this does not keep, refused unless UTF-8, as protobuf refuses it."""
+    cdef Py_ssize_t size = _length(buf, at, end)
+    _check_utf8(buf, at[0], size)
+    at[0] += size
+    return 0
+
+
 cdef int _skip(const unsigned char* buf, Py_ssize_t* at, Py_ssize_t end, int wire) except -1:
     if skip_field(buf, at, end, wire) < 0:
         _refuse()
@@ -158,16 +166,13 @@ cdef int _header(const unsigned char* buf, Py_ssize_t at, Py_ssize_t end, _Field
 cdef int _recurrence(const unsigned char* buf, Py_ssize_t at, Py_ssize_t end, _Fields fields) except -1:
     cdef uint64_t field
     cdef int wire
-    cdef Py_ssize_t size
     fields.series = True
     while at < end:
         wire = _tag(buf, &at, end, &field)
         if wire == VARINT and field == RECURRENCE_ORDINAL:
             fields.ordinal = _int64(buf, &at, end)
         elif wire == LEN and (field == RECURRENCE_CRON or field == RECURRENCE_TIME_ZONE):
-            size = _length(buf, &at, end)
-            _check_utf8(buf, at, size)
-            at += size
+            _skip_text(buf, &at, end)
         else:
             _skip(buf, &at, end, wire)
     return 0
@@ -224,9 +229,7 @@ def prepare(bytes key, int partition, bytes stored not None):
         elif wire == VARINT and field == STORED_SOURCE_OFFSET:
             fields.source_offset = _int64(buf, &at, end)
         elif wire == LEN and field == STORED_SOURCE_TOPIC:
-            size = _length(buf, &at, end)
-            _check_utf8(buf, at, size)
-            at += size
+            _skip_text(buf, &at, end)
         else:
             _skip(buf, &at, end, wire)
     own = () if fields.headers is None else tuple(fields.headers)

@@ -48,15 +48,6 @@ letters and events they caused are delivered, and before the closing
 Because the due time leads the key, "every timer due by second s" is one
 forward range scan, and scheduling k timers into one second is k puts.
 
-The id index has a column family of its own, ``ids``, with its own memtables and
-SST files, and only those carry bloom filters. Every request looks its id up there
-and nearly every id is new, so nearly every lookup is a bloom filter saying "not
-here", file by file. With the index among the timers, every file held both, and the
-timers' filters, never asked, took their share of the block cache: at 3 M timers a
-new id's lookup took 3.7-4.2 µs, against 2.5-2.8 µs in a column family of its own
-(docs/PERFORMANCE.md, *10 M pending*). One write batch spans both column families,
-atomically (the WAL). A table written with the index among the timers has it moved
-when opened.
 Scans start at the watermark: below it lie the tombstones of fired timers, and
 only the few timers that came due there and are still to fire — accepted late,
 or kept after a transient callback failure. The lowest of those is the table's
@@ -64,6 +55,16 @@ or kept after a transient callback failure. The lowest of those is the table's
 Every mutation — live or replayed from the changelog — goes through
 :meth:`PartitionTimers.apply`, so a table rebuilt from its changelog is the
 table that wrote it.
+
+The id index has a column family of its own, ``ids``, with its own memtables and
+SST files, and only those carry bloom filters. Every request looks its id up there
+and nearly every id is new, so nearly every lookup is a bloom filter saying "not
+here", file by file. With the index among the timers, every file held both, and the
+timers' filters, never asked, took their share of the block cache: at 3 M timers a
+new id's lookup took 3.7-4.2 µs, against 2.5-2.8 µs in a column family of its own
+(docs/PERFORMANCE.md, *Accepting a timer*). One write batch spans both column families,
+atomically (the WAL). A table written with the index among the timers has it moved
+when opened.
 """
 
 from __future__ import annotations
@@ -280,18 +281,19 @@ def _prefix_end(prefix: bytes) -> bytes:
     return prefix[:-1] + bytes([prefix[-1] + 1])
 
 
-def _options(*, bloom: bool) -> Options:
-    """A column family's options; ``bloom``: with bloom filters (the id index's)."""
+def _options(*, index: bool) -> Options:
+    """A column family's options: the timers', or the id index's (``index``), whose memtables
+    are smaller and which alone has bloom filters."""
     opts = Options(raw_mode=True)
     opts.create_if_missing(True)
     opts.create_missing_column_families(True)
     # Memory stays flat however many timers are pending: small memtables,
     # data lives in SST files on disk.
-    buffer_bytes = IDS_WRITE_BUFFER_BYTES if bloom else WRITE_BUFFER_BYTES
+    buffer_bytes = IDS_WRITE_BUFFER_BYTES if index else WRITE_BUFFER_BYTES
     opts.set_write_buffer_size(buffer_bytes)
     opts.set_max_write_buffer_number(WRITE_BUFFERS)
     opts.set_write_buffer_manager(MEMTABLES.manager)
-    if bloom:
+    if index:
         # Nearly every id a request brings is new: its index lookup misses, and a miss searched
         # each memtable's skip list from the top. A bloom filter over whole keys answers most
         # of them; it takes 2 % of each memtable, inside the memtables' cap.
@@ -312,7 +314,7 @@ def _options(*, bloom: bool) -> Options:
     table.set_block_cache(_BLOCK_CACHE)
     table.set_cache_index_and_filter_blocks(True)
     table.set_pin_l0_filter_and_index_blocks_in_cache(True)
-    if bloom:
+    if index:
         # Every request looks its id up in the index (latest wins), and nearly every
         # id is new: a bloom filter answers "not here" without reading data blocks.
         # 10 bits a key: ~1 % false positives.
@@ -335,7 +337,7 @@ class PartitionTimers:
         self.path = path
         path.parent.mkdir(parents=True, exist_ok=True)
         self._db = Rdict(
-            str(path), options=_options(bloom=False), column_families={IDS: _options(bloom=True)}
+            str(path), options=_options(index=False), column_families={IDS: _options(index=True)}
         )
         #: The id index, its column family. Write batches take its handle, asked for each
         #: write: a handle keeps the database open, even once closed.

@@ -51,7 +51,6 @@ cdef class _Write:
     cdef object batch
     cdef object db
     cdef object ids
-    cdef object ids_cf
     cdef bint replay
     cdef Py_ssize_t delta
     # Whether each timer key exists once the records so far are applied (replay only): the
@@ -66,11 +65,10 @@ cdef class _Write:
     # Timer keys this write puts (live): a range tombstone later in the batch would delete them.
     cdef list put_keys
 
-    def __cinit__(self, batch, db, ids, ids_cf, bint replay, list unindexed):
+    def __cinit__(self, batch, db, ids, bint replay, list unindexed):
         self.batch = batch
         self.db = db
         self.ids = ids
-        self.ids_cf = ids_cf
         self.replay = replay
         self.delta = 0
         self.present = {}
@@ -143,7 +141,7 @@ def fill(batch, db, ids, ids_cf, records, bint replay, bytes below, low, stale_i
     Returns ``(delta, low, watermark, request_offset, topic_offsets, fired_seq)``: the change in
     pending timers (replay), and what the records move.
     """
-    cdef _Write write = _Write(batch, db, ids, ids_cf, replay, list(stale_index))
+    cdef _Write write = _Write(batch, db, ids, replay, list(stale_index))
     cdef dict indexed = write.indexed
     cdef dict topic_offsets = {}
     cdef bytes key, index_key

@@ -401,8 +401,8 @@ def test_an_idle_table_steps_over_none_of_the_tombstones_a_swept_burst_left(
     real_options = table_module._options
     counted: list[Options] = []
 
-    def options_with_statistics(*, bloom: bool) -> Options:
-        options = real_options(bloom=bloom)
+    def options_with_statistics(*, index: bool) -> Options:
+        options = real_options(index=index)
         options.enable_statistics()
         counted.append(options)
         return options

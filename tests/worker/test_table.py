@@ -375,8 +375,8 @@ def test_writes_wait_for_flushes_rather_than_pile_memtables_past_the_budget_behi
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # A disk that writes 4 MiB/s: flushes fall behind the writes.
-    def slow_disk(*, bloom: bool) -> Options:
-        opts = table_options(bloom=bloom)
+    def slow_disk(*, index: bool) -> Options:
+        opts = table_options(index=index)
         opts.set_ratelimiter(4 * 2**20, 100_000, 10)
         return opts
 
@@ -408,7 +408,7 @@ def test_a_table_dropped_without_closing_is_closed_when_collected(tmp_path: Path
 def test_a_table_written_with_its_id_index_among_the_timers_moves_it_when_opened(tmp_path: Path) -> None:
     # The layout where one column family held everything: a timer, its index entry, its progress.
     path = tmp_path / "p0.db"
-    db = Rdict(str(path), table_options(bloom=True))
+    db = Rdict(str(path), table_options(index=True))
     for n in range(25_000):
         key, _ = put(T_MS + n, f"t{n:05d}")
         db[key] = b"stored"
@@ -436,7 +436,7 @@ def test_a_table_written_with_its_id_index_among_the_timers_moves_it_when_opened
 
 def test_a_large_table_is_stored_compressed_on_disk(tmp_path: Path) -> None:
     """The levels a compaction writes, which hold nearly all of a large table, are compressed."""
-    db = Rdict(str(tmp_path / "t.db"), table_options(bloom=False))
+    db = Rdict(str(tmp_path / "t.db"), table_options(index=False))
     raw = 0
     for n in range(60_000):
         key, value = table_key(T_MS + n, f"timer-{n}"), b"callback payload " * 8
