@@ -7,6 +7,9 @@ directory, a producer that reports every record delivered at once — in three p
 
 * ``single``: ingest of one ``Future`` per record, steps of 2,000 records;
 * ``batched``: ingest of ``FutureBatch`` records of 1,000 timers, steps of 20 records;
+
+  both with ids the client drew, as its records say (``kt-ids: new``), or with ``--ids named``
+  ids a producer named, which the worker looks up in its id index;
 * ``fire``: a hot second: timers due in one second, loaded first (not counted), then fired
   by one tick of each partition;
 * ``sweep``: the same hot second loaded and fired (not counted), then swept: each fired
@@ -49,11 +52,23 @@ from futures.worker.metrics import WorkerMetrics
 from futures.worker.table import PartitionTimers
 from ktimers.config import BrokerProfile, CommonConfig, KafkaConfig
 from ktimers.producer import DeliveryCallback
-from ktimers.wire import KIND_BATCH, KIND_HEADER, Future, FutureBatch, Tick, encode_second_key
+from ktimers.wire import (
+    IDS_HEADER,
+    IDS_NEW,
+    KIND_BATCH,
+    KIND_FUTURE,
+    KIND_HEADER,
+    Future,
+    FutureBatch,
+    Tick,
+    encode_second_key,
+)
 
 #: Where ``python -m bench.engine`` runs from (its callgrind runs too).
 REPO = Path(__file__).resolve().parents[1]
 PHASES = ("single", "batched", "fire", "sweep")
+#: Whose ids the ingest phases' timers have: drawn by the client (``kt-ids: new``), or named.
+IDS = ("drawn", "named")
 #: The epoch second the engine's clock starts at; timers are due an hour later.
 START_S = 1_795_000_000
 PARTITIONS = 4
@@ -166,22 +181,33 @@ def _future(n: int, due_ms: int) -> Future:
     )
 
 
-def single_records(rig: Rig, count: int, due_ms: Callable[[int], int]) -> list[list[SourceRecord]]:
+def _headers(kind: bytes, ids: str) -> tuple[tuple[str, bytes], ...]:
+    """A request record's headers as the client writes them: ids it drew say so (``kt-ids: new``)."""
+    kind_header = (KIND_HEADER, kind)
+    return (kind_header, (IDS_HEADER, IDS_NEW)) if ids == "drawn" else (kind_header,)
+
+
+def single_records(
+    rig: Rig, count: int, due_ms: Callable[[int], int], ids: str = "drawn"
+) -> list[list[SourceRecord]]:
     """Ingest steps of one ``Future`` per record, spread over the partitions; a step's records
     partition by partition, as the consumer hands them over (a fetched batch at a time)."""
     topic = rig.config.common.topics.request
+    headers = _headers(KIND_FUTURE, ids)
     records = [
-        rig.record(topic, n % PARTITIONS, None, _future(n, due_ms(n)).SerializeToString())
+        rig.record(topic, n % PARTITIONS, None, _future(n, due_ms(n)).SerializeToString(), headers)
         for n in range(count)
     ]
     by_partition = attrgetter("partition")
     return [sorted(records[at : at + SINGLE_STEP], key=by_partition) for at in range(0, count, SINGLE_STEP)]
 
 
-def batched_records(rig: Rig, count: int, due_ms: Callable[[int], int]) -> list[list[SourceRecord]]:
+def batched_records(
+    rig: Rig, count: int, due_ms: Callable[[int], int], ids: str = "drawn"
+) -> list[list[SourceRecord]]:
     """Ingest steps of ``FutureBatch`` records, spread over the partitions."""
     topic = rig.config.common.topics.request
-    headers = ((KIND_HEADER, KIND_BATCH),)
+    headers = _headers(KIND_BATCH, ids)
     records = []
     for first in range(0, count, BATCH_SIZE):
         batch = FutureBatch(
@@ -199,7 +225,7 @@ class PhaseRun:
     unswept: int = 0  # tables left with ``f`` records to sweep afterwards
 
 
-async def _phase(rig: Rig, phase: str, count: int, prepare_only: bool) -> PhaseRun:
+async def _phase(rig: Rig, phase: str, count: int, prepare_only: bool, ids: str) -> PhaseRun:
     engine = rig.engine
     if phase in ("fire", "sweep"):
         due_s = START_S + 5
@@ -220,7 +246,7 @@ async def _phase(rig: Rig, phase: str, count: int, prepare_only: bool) -> PhaseR
             apply = _swept(engine)
     else:
         make = single_records if phase == "single" else batched_records
-        steps = make(rig, count, lambda n: (START_S + 3600) * 1000 + n)
+        steps = make(rig, count, lambda n: (START_S + 3600) * 1000 + n, ids)
         apply = engine.ingest
     # As the worker runs: what exists now out of the cycle collector's sight (futures/worker/main.py).
     gc.collect()
@@ -251,12 +277,12 @@ def _swept(engine: TimerEngine) -> Callable[[Sequence[SourceRecord]], Awaitable[
     return sweep
 
 
-def run_phase(phase: str, count: int, *, prepare_only: bool = False) -> PhaseRun:
+def run_phase(phase: str, count: int, *, prepare_only: bool = False, ids: str = "drawn") -> PhaseRun:
     """Run ``phase`` over ``count`` timers on fresh tables (``prepare_only``: all but its measured part)."""
     directory = Path(tempfile.mkdtemp(prefix="bench-engine-"))
     rig = Rig(directory)
     try:
-        return asyncio.run(_phase(rig, phase, count, prepare_only))
+        return asyncio.run(_phase(rig, phase, count, prepare_only, ids))
     finally:
         rig.close()
         shutil.rmtree(directory, ignore_errors=True)
@@ -277,14 +303,15 @@ def checked(phase: str, count: int, run: PhaseRun) -> PhaseRun:
 _REFS = re.compile(r"(?:Collected|I\s+refs)\s*:\s*([\d,]+)")
 
 
-def count_instructions(phase: str, count: int, prepare_only: bool) -> int:
+def count_instructions(phase: str, count: int, prepare_only: bool, ids: str = "drawn") -> int:
     """CPU instructions of a whole run of this module for ``phase`` under callgrind."""
     valgrind = shutil.which("valgrind")
     if valgrind is None:
         raise SystemExit("bench.engine --instructions needs valgrind: apt-get install valgrind")
     command = [
         valgrind, "--tool=callgrind", "--callgrind-out-file=/dev/null",
-        sys.executable, "-m", "bench.engine", "--phase", phase, "--count", str(count), "--counted",
+        sys.executable, "-m", "bench.engine", "--phase", phase, "--count", str(count),
+        "--ids", ids, "--counted",
     ]  # fmt: skip
     if prepare_only:
         command.append("--prepare-only")
@@ -297,11 +324,11 @@ def count_instructions(phase: str, count: int, prepare_only: bool) -> int:
     return int(found.group(1).replace(",", ""))
 
 
-def instructions_per_timer(phase: str, count: int) -> float:
+def instructions_per_timer(phase: str, count: int, ids: str = "drawn") -> float:
     """(whole run − preparation only) / ``count``, the two runs side by side."""
     with ThreadPoolExecutor(max_workers=2) as pool:
-        whole = pool.submit(count_instructions, phase, count, False)
-        prepared = pool.submit(count_instructions, phase, count, True)
+        whole = pool.submit(count_instructions, phase, count, False, ids)
+        prepared = pool.submit(count_instructions, phase, count, True, ids)
         return (whole.result() - prepared.result()) / count
 
 
@@ -311,23 +338,31 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--count", type=int, default=20_000, help="timers per phase (default 20,000)")
     parser.add_argument("--repeat", type=int, default=3, help="CPU time: runs per phase (median)")
     parser.add_argument("--instructions", action="store_true", help="count instructions under callgrind")
+    parser.add_argument(
+        "--ids",
+        choices=IDS,
+        default="drawn",
+        help="ingest: ids the client drew (kt-ids: new, not looked up; the default) or ids the "
+        "producer named (each looked up)",
+    )
     # The runs count_instructions makes: one phase, once, in full or only its preparation.
     parser.add_argument("--counted", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--prepare-only", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     phases = args.phase or list(PHASES)
     if args.counted:
-        run = run_phase(phases[0], args.count, prepare_only=args.prepare_only)
+        run = run_phase(phases[0], args.count, prepare_only=args.prepare_only, ids=args.ids)
         if not args.prepare_only:
             checked(phases[0], args.count, run)
         return 0
     for phase in phases:
         if args.instructions:
-            per = instructions_per_timer(phase, args.count)
+            per = instructions_per_timer(phase, args.count, args.ids)
             print(f"{phase}: {per:,.0f} instructions per timer ({args.count:,} timers)", flush=True)
         else:
             runs = sorted(
-                checked(phase, args.count, run_phase(phase, args.count)).cpu_s for _ in range(args.repeat)
+                checked(phase, args.count, run_phase(phase, args.count, ids=args.ids)).cpu_s
+                for _ in range(args.repeat)
             )
             median = runs[len(runs) // 2] / args.count * 1e6
             spread = ", ".join(f"{r / args.count * 1e6:.2f}" for r in runs)

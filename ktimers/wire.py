@@ -43,6 +43,8 @@ __all__ = [
     "KIND_CANCEL",
     "KIND_FUTURE",
     "KIND_BATCH",
+    "IDS_HEADER",
+    "IDS_NEW",
     "REQUEST_MESSAGES",
     "H_ID",
     "H_DUE_MS",
@@ -86,6 +88,12 @@ KIND_CANCEL = b"cancel"
 # A FutureBatch: many Futures in one record, all held by the record's partition.
 # On `timer-events`: a TimerEventBatch.
 KIND_BATCH = b"batch"
+# Record header on `timer-request`: "every timer id in this record is new", drawn for this
+# request by its producer (the client's random ids) and never used before. The worker then
+# skips looking the ids up in its id index, where a new id finds nothing; a timer under it
+# whose id is in use is stored beside the pending one, not in its place.
+IDS_HEADER = "kt-ids"
+IDS_NEW = b"new"
 #: The message each ``kt-kind`` of a request topic names (what the client frames for the Schema
 #: Registry, and what a framed record's message index means to the worker).
 REQUEST_MESSAGES: dict[bytes, type[Message]] = {

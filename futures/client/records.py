@@ -21,6 +21,8 @@ from futures.client.request_wire import batch_values, encode_future, random_id
 from ktimers.config import CommonConfig
 from ktimers.producer import RecordHeaders
 from ktimers.wire import (
+    IDS_HEADER,
+    IDS_NEW,
     KIND_BATCH,
     KIND_CANCEL,
     KIND_FUTURE,
@@ -209,11 +211,23 @@ def build_schedule(
     now: float,
     **options: Unpack[ScheduleOptions],
 ) -> tuple[TimerRecord, TimerHandle]:
-    """The request record for one timer, and its handle. ``now`` is epoch seconds."""
+    """The request record for one timer, and its handle. ``now`` is epoch seconds.
+
+    A timer without ``id`` gets a random one, drawn for it here: its record says so
+    (``kt-ids: new``), and the worker does not look for an older version of it.
+    """
     value, handle = _future(common, topic, key, payload, now=now, **options)
+    headers = _FUTURE_NEW_IDS if options.get("id") is None else _FUTURE
     # Positional: a frozen dataclass takes keywords at twice the cost.
-    record = TimerRecord(common.topics.request, handle.record_key, value, [(KIND_HEADER, KIND_FUTURE)])
+    record = TimerRecord(common.topics.request, handle.record_key, value, list(headers))
     return record, handle
+
+
+#: A request record's headers: its kind, and ``kt-ids: new`` where every id in it was drawn here.
+_FUTURE = ((KIND_HEADER, KIND_FUTURE),)
+_FUTURE_NEW_IDS = ((KIND_HEADER, KIND_FUTURE), (IDS_HEADER, IDS_NEW))
+_BATCH = ((KIND_HEADER, KIND_BATCH),)
+_BATCH_NEW_IDS = ((KIND_HEADER, KIND_BATCH), (IDS_HEADER, IDS_NEW))
 
 
 def _future(
@@ -299,12 +313,15 @@ def build_batches(
 
     Every timer goes in a batch for the partition its id would be produced to
     (``partition_of(id, partitions)``), so that a cancel or a replacement keyed
-    by the id reaches the partition that holds it. ``now`` is epoch seconds.
+    by the id reaches the partition that holds it. The timers given no id, whose ids are
+    drawn here, go in batches of their own, which say so (``kt-ids: new``: see
+    :func:`build_schedule`). ``now`` is epoch seconds.
     """
     if batch_size < 1 or max_batch_bytes < 1:
         raise ValueError("batch_size and max_batch_bytes must be >= 1")
     handles: list[TimerHandle] = []
-    groups: dict[int, list[bytes]] = {}  # partition → its timers' serialized Futures
+    # (partition, ids drawn here) → its timers' serialized Futures
+    groups: dict[tuple[int, bool], list[bytes]] = {}
     for spec in timers:
         if not isinstance(spec, TimerSpec):
             raise ValueError(f"schedule_many takes TimerSpec items, not {type(spec).__name__}")
@@ -321,16 +338,18 @@ def build_batches(
             now=now,
         )
         handles.append(handle)
-        groups.setdefault(partition_of(handle.record_key, partitions), []).append(value)
+        group = (partition_of(handle.record_key, partitions), spec.id is None)
+        groups.setdefault(group, []).append(value)
     records = []
-    for partition, futures in sorted(groups.items()):
+    for (partition, new_ids), futures in sorted(groups.items()):
+        headers = _BATCH_NEW_IDS if new_ids else _BATCH
         for value in batch_values(futures, batch_size, max_batch_bytes):
             records.append(
                 TimerRecord(
                     topic=common.topics.request,
                     key=None,
                     value=value,
-                    headers=[(KIND_HEADER, KIND_BATCH)],
+                    headers=list(headers),
                     partition=partition,
                 )
             )

@@ -51,6 +51,8 @@ class Timers:
     callback_topics: list[str]
     #: ``StoredTimer`` bytes: what the table holds for each timer.
     stored: list[bytes]
+    #: Every id is new: its records say so (``kt-ids: new``), so none is looked up in the table.
+    new_ids: bool = False
 
     def extend(self, more: Timers) -> None:
         """Append the timers of ``more`` (of records that come after these)."""
@@ -60,6 +62,7 @@ class Timers:
         self.due_ms += more.due_ms
         self.callback_topics += more.callback_topics
         self.stored += more.stored
+        self.new_ids = self.new_ids and more.new_ids
 
 
 class Decoder:
@@ -132,8 +135,8 @@ class Decoder:
         read, end = read_records(records, max_timers, self._tail(first), self._context.derived_id)
         if read is None:
             return None, 0
-        sources, ids, id_bytes, dues, topics, stored, longest, largest = read
-        timers = Timers(sources, ids, id_bytes, dues, topics, stored)
+        sources, ids, id_bytes, dues, topics, stored, longest, largest, new_ids = read
+        timers = Timers(sources, ids, id_bytes, dues, topics, stored, new_ids)
         return (timers if self._valid(first.topic, timers, longest, largest) else None), end
 
     def _valid(self, request_topic: str, timers: Timers, longest: int, largest: int) -> bool:

@@ -4,8 +4,9 @@ from collections.abc import Callable
 from futures.ingress.records import SourceRecord
 
 #: The records of the timers (once each), ids, ids UTF-8 encoded, due times, callback topics,
-#: StoredTimer bytes, the longest id's bytes, the largest id and stored bytes together.
-Columns = tuple[list[SourceRecord], list[str], list[bytes], list[int], list[str], list[bytes], int, int]
+#: StoredTimer bytes, the longest id's bytes, the largest id and stored bytes together, and
+#: whether the records say every id is new (``kt-ids: new``).
+Columns = tuple[list[SourceRecord], list[str], list[bytes], list[int], list[str], list[bytes], int, int, bool]
 
 def read_records(
     records: list[SourceRecord],

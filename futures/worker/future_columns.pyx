@@ -22,7 +22,7 @@ from libc.string cimport memcpy
 
 from futures.ingress.framing import MAGIC_BYTE
 from ktimers.protowire cimport *
-from ktimers.wire import KIND_BATCH, KIND_FUTURE, KIND_HEADER, header_value
+from ktimers.wire import IDS_HEADER, IDS_NEW, KIND_BATCH, KIND_FUTURE, KIND_HEADER
 
 # A framed record's first byte (futures.ingress.framing.is_framed, read here as a C char).
 cdef char _MAGIC = MAGIC_BYTE
@@ -138,6 +138,18 @@ cdef bytes _tail(bytes before, int64_t offset, bytes after):
     return tail
 
 
+cdef tuple _request_headers(headers):
+    """``kt-kind``'s and ``kt-ids``'s last values among ``headers`` (None where absent), in one
+    pass: both are read for every record."""
+    cdef object kind = None, ids = None
+    for name, value in headers:
+        if name == KIND_HEADER:
+            kind = value
+        elif name == IDS_HEADER:
+            ids = value
+    return kind, ids
+
+
 cdef class _Columns:
     """The columns :func:`read_records` fills, timer by timer."""
 
@@ -230,11 +242,13 @@ def read_records(list records not None, Py_ssize_t max_timers, tuple tail not No
     as columns, and where they end.
 
     The columns: the record of each timer, the timers' ids, ids UTF-8 encoded, due times,
-    callback topics and ``StoredTimer`` bytes, then the longest id's bytes and the largest id
-    and stored bytes together; None when the first record is not read. Where they end: the
-    index of the first record not read, one that is framed (:func:`is_framed`), whose
-    ``kt-kind`` names neither a ``Future`` nor a ``FutureBatch``, that holds no timer or one
-    not this path's (the module docstring), or that comes once ``max_timers`` are read.
+    callback topics and ``StoredTimer`` bytes, then the longest id's bytes, the largest id
+    and stored bytes together, and whether the records say their ids are new (``kt-ids: new``);
+    None when the first record is not read. Where they end: the index of the first record
+    not read, one that is framed (:func:`is_framed`), whose ``kt-kind`` names neither a
+    ``Future`` nor a ``FutureBatch``, whose ``kt-ids`` says otherwise than the first record's,
+    that holds no timer or one not this path's (the module docstring), or that comes once
+    ``max_timers`` are read.
 
     ``tail``: the ``StoredTimer`` fields before and after ``source_offset`` (the record's
     offset), which follow ``future``; ``derive(record, index)``: the id of a timer of ``record``
@@ -245,6 +259,7 @@ def read_records(list records not None, Py_ssize_t max_timers, tuple tail not No
     cdef bytes value
     cdef bytes before_fields = tail[0], after_fields = tail[1]
     cdef Py_ssize_t stop = len(records)
+    cdef bint new_ids = False, record_new
     for i in range(stop):
         if i > 0 and columns.count() >= max_timers:
             break
@@ -252,9 +267,14 @@ def read_records(list records not None, Py_ssize_t max_timers, tuple tail not No
         value = record.value
         if value is None or PyBytes_GET_SIZE(value) == 0 or PyBytes_AS_STRING(value)[0] == _MAGIC:
             break
-        kind = header_value(record.headers, KIND_HEADER) if record.headers else None
+        kind, ids = _request_headers(record.headers) if record.headers else (None, None)
         if kind is not None and kind != KIND_FUTURE and kind != KIND_BATCH:
             break
+        record_new = ids == IDS_NEW
+        if i == 0:
+            new_ids = record_new
+        elif record_new != new_ids:
+            break  # a run's ids are all new or none is: the lookup is skipped or made for all
         before, longest, largest = columns.count(), columns.longest, columns.largest
         read_count = columns.read(
             value, kind == KIND_BATCH, _tail(before_fields, record.offset, after_fields), derive, record
@@ -266,4 +286,4 @@ def read_records(list records not None, Py_ssize_t max_timers, tuple tail not No
         i = stop
     if columns.count() == 0:
         return None, i
-    return columns.result(), i
+    return (*columns.result(), new_ids), i

@@ -243,8 +243,14 @@ class Ingest:
         late_ms = table.watermark * 1000 if table.watermark >= 0 else -1
         ids, id_bytes = timers.ids, timers.id_bytes
         # Each id's version in the table, looked up together: the table changes only when the
-        # step is written; versions staged earlier in the step are in the overlay.
-        in_table = table.dues_of_ids(id_bytes) if len(id_bytes) > 1 else [table.due_of_id(id_bytes[0])]
+        # step is written; versions staged earlier in the step are in the overlay. New ids
+        # (``kt-ids: new``) have none: the lookup would only find nothing.
+        if timers.new_ids:
+            in_table: list[int | None] = [None] * len(id_bytes)
+        elif len(id_bytes) > 1:
+            in_table = table.dues_of_ids(id_bytes)
+        else:
+            in_table = [table.due_of_id(id_bytes[0])]
         # The SCHEDULED events go in runs: the timers since ``run_from``, all accepted
         # (one refused as too late ends a run, its REJECTED event after it).
         run_from = at = 0

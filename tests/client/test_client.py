@@ -21,7 +21,16 @@ from confluent_kafka import KafkaError, KafkaException
 from futures.client import AsyncTimerClient, TimerClient, TimerHandle
 from ktimers.config import CommonConfig, TopicsConfig
 from ktimers.errors import DeliveryError, TimersError
-from ktimers.wire import KIND_CANCEL, KIND_FUTURE, KIND_HEADER, MAX_ID_BYTES, Cancel, Future
+from ktimers.wire import (
+    IDS_HEADER,
+    IDS_NEW,
+    KIND_CANCEL,
+    KIND_FUTURE,
+    KIND_HEADER,
+    MAX_ID_BYTES,
+    Cancel,
+    Future,
+)
 
 REPO = Path(__file__).resolve().parents[2]
 COMMON = CommonConfig(topics=TopicsConfig(request="req-topic"))
@@ -118,7 +127,7 @@ def test_schedule_produces_a_future_keyed_by_its_id(client, producer):
     assert record.topic == "req-topic"
     assert record.key == handle.id.encode() == handle.record_key
     assert len(handle.id) == 32 and int(handle.id, 16) >= 0  # uuid4 hex
-    assert record.headers == [(KIND_HEADER, KIND_FUTURE)]
+    assert record.headers == [(KIND_HEADER, KIND_FUTURE), (IDS_HEADER, IDS_NEW)]  # the id is drawn here
     future = future_of(record)
     assert future.callBackTopic == "orders"
     assert future.callBackKey == "order-42"

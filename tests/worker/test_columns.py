@@ -22,6 +22,8 @@ from futures.ingress.requests import RequestParser, Schedule
 from futures.worker.columns import Decoder, Timers, decode
 from ktimers.config import TopicsConfig
 from ktimers.wire import (
+    IDS_HEADER,
+    IDS_NEW,
     KIND_BATCH,
     KIND_CANCEL,
     KIND_FUTURE,
@@ -126,23 +128,37 @@ sent = st.one_of(
 )
 
 
+# A request record's ``kt-ids`` header: absent, what the client sends, or a value that says nothing.
+ids_headers = st.sampled_from([None, IDS_NEW, b"old", None])
+
+
+def _headers(kinds: list[bytes | None], ids_header: bytes | None) -> tuple[tuple[str, bytes | None], ...]:
+    headers = tuple((KIND_HEADER, kind) for kind in kinds)
+    return headers if ids_header is None else ((IDS_HEADER, ids_header), *headers)
+
+
 @settings(max_examples=800, deadline=None)
 @given(
     sent=sent,
+    ids_header=ids_headers,
     key=st.sampled_from([None, b"1795000000"]),
     offset=st.sampled_from([0, 1, 77, 127, 128, 16_383, 16_384, 2**40, 2**63 - 1]),
     config=st.sampled_from(CONFIGS),
 )
 def test_columns_hold_what_the_parser_schedules(
-    sent: tuple[list[bytes | None], bytes | None], key: bytes | None, offset: int, config: ParseLimits
+    sent: tuple[list[bytes | None], bytes | None],
+    ids_header: bytes | None,
+    key: bytes | None,
+    offset: int,
+    config: ParseLimits,
 ) -> None:
     kinds, value = sent
-    headers = tuple((KIND_HEADER, kind) for kind in kinds)
-    record = SourceRecord(TOPICS.request, 2, offset, key, value, headers, NOW_MS)
+    record = SourceRecord(TOPICS.request, 2, offset, key, value, _headers(kinds, ids_header), NOW_MS)
     parser = RequestParser(config, NOW_MS)
     timers = decode(record, parser.context)
     if timers is None:
         return
+    assert timers.new_ids == (ids_header == IDS_NEW)
     requests = parser.parse(record)
     assert all(isinstance(r, Schedule) for r in requests)
     schedules = [r for r in requests if isinstance(r, Schedule)]
@@ -158,24 +174,23 @@ def test_columns_hold_what_the_parser_schedules(
 
 @settings(max_examples=400, deadline=None)
 @given(
-    sent=st.lists(sent, min_size=1, max_size=8),
+    sent=st.lists(st.tuples(sent, ids_headers), min_size=1, max_size=8),
     first_offset=st.sampled_from([0, 1, 127, 2**40]),
     max_timers=st.integers(1, 12),
     config=st.sampled_from(CONFIGS),
 )
 def test_a_run_of_records_decodes_as_each_record_alone_up_to_the_first_it_leaves_to_the_parser(
-    sent: list[tuple[list[bytes | None], bytes | None]],
+    sent: list[tuple[tuple[list[bytes | None], bytes | None], bytes | None]],
     first_offset: int,
     max_timers: int,
     config: ParseLimits,
 ) -> None:
     # A producer sending one Future per record: the worker decodes the records of a partition
-    # together, and must take exactly what it takes of each alone.
+    # together, and must take exactly what it takes of each alone; a run's records all say
+    # their ids are new (kt-ids: new), or none does.
     records = [
-        SourceRecord(
-            TOPICS.request, 2, first_offset + i, None, value, tuple((KIND_HEADER, k) for k in kinds), NOW_MS
-        )
-        for i, (kinds, value) in enumerate(sent)
+        SourceRecord(TOPICS.request, 2, first_offset + i, None, value, _headers(kinds, ids_header), NOW_MS)
+        for i, ((kinds, value), ids_header) in enumerate(sent)
     ]
     decoder = Decoder(RequestParser(config, NOW_MS).context)
     timers, taken = decoder.decode_run(records, max_timers)
@@ -184,7 +199,7 @@ def test_a_run_of_records_decodes_as_each_record_alone_up_to_the_first_it_leaves
         if alone and sum(len(t.ids) for t in alone) >= max_timers:
             break  # a run stops once it holds max_timers, after a whole record
         one = decoder.decode(record)
-        if one is None:
+        if one is None or (alone and one.new_ids != alone[0].new_ids):
             break
         alone.append(one)
     assert taken == len(alone)
@@ -192,6 +207,7 @@ def test_a_run_of_records_decodes_as_each_record_alone_up_to_the_first_it_leaves
         assert timers is None
         return
     assert timers is not None
+    assert timers.new_ids == (sent[0][1] == IDS_NEW)
     assert timers.records == [r for t in alone for r in t.records]
     assert [r.offset for r in timers.records] == [r.offset for t in alone for r in t.records]
     assert timers.ids == [i for t in alone for i in t.ids]
