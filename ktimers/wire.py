@@ -91,7 +91,7 @@ KIND_BATCH = b"batch"
 # Record header on `timer-request`: "every timer id in this record is new", drawn for this
 # request by its producer (the client's random ids) and never used before. The worker then
 # skips looking the ids up in its id index, where a new id finds nothing; a timer under it
-# whose id is in use is stored beside the pending one, not in its place.
+# whose id is in use may be stored beside the pending one, not in its place.
 IDS_HEADER = "kt-ids"
 IDS_NEW = b"new"
 #: The message each ``kt-kind`` of a request topic names (what the client frames for the Schema
