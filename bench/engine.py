@@ -43,6 +43,7 @@ from dataclasses import dataclass, field
 from operator import attrgetter
 from pathlib import Path
 
+from futures.client.records import request_headers
 from futures.ingress.records import SourceRecord
 from futures.worker.config import WorkerConfig
 from futures.worker.engine import TimerEngine
@@ -52,17 +53,7 @@ from futures.worker.metrics import WorkerMetrics
 from futures.worker.table import PartitionTimers
 from ktimers.config import BrokerProfile, CommonConfig, KafkaConfig
 from ktimers.producer import DeliveryCallback
-from ktimers.wire import (
-    IDS_HEADER,
-    IDS_NEW,
-    KIND_BATCH,
-    KIND_FUTURE,
-    KIND_HEADER,
-    Future,
-    FutureBatch,
-    Tick,
-    encode_second_key,
-)
+from ktimers.wire import KIND_BATCH, KIND_FUTURE, Future, FutureBatch, Tick, encode_second_key
 
 #: Where ``python -m bench.engine`` runs from (its callgrind runs too).
 REPO = Path(__file__).resolve().parents[1]
@@ -181,10 +172,9 @@ def _future(n: int, due_ms: int) -> Future:
     )
 
 
-def _headers(kind: bytes, ids: str) -> tuple[tuple[str, bytes], ...]:
-    """A request record's headers as the client writes them: ids it drew say so (``kt-ids: new``)."""
-    kind_header = (KIND_HEADER, kind)
-    return (kind_header, (IDS_HEADER, IDS_NEW)) if ids == "drawn" else (kind_header,)
+def _headers(kind: bytes, ids: str) -> tuple[tuple[str, str | bytes | None], ...]:
+    """A request record's headers as the client writes them (ids it drew say so)."""
+    return tuple(request_headers(kind, new_ids=ids == "drawn"))
 
 
 def single_records(

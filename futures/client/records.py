@@ -217,17 +217,16 @@ def build_schedule(
     (``kt-ids: new``), and the worker does not look for an older version of it.
     """
     value, handle = _future(common, topic, key, payload, now=now, **options)
-    headers = _FUTURE_NEW_IDS if options.get("id") is None else _FUTURE
+    headers = request_headers(KIND_FUTURE, new_ids=options.get("id") is None)
     # Positional: a frozen dataclass takes keywords at twice the cost.
-    record = TimerRecord(common.topics.request, handle.record_key, value, list(headers))
+    record = TimerRecord(common.topics.request, handle.record_key, value, headers)
     return record, handle
 
 
-#: A request record's headers: its kind, and ``kt-ids: new`` where every id in it was drawn here.
-_FUTURE = ((KIND_HEADER, KIND_FUTURE),)
-_FUTURE_NEW_IDS = ((KIND_HEADER, KIND_FUTURE), (IDS_HEADER, IDS_NEW))
-_BATCH = ((KIND_HEADER, KIND_BATCH),)
-_BATCH_NEW_IDS = ((KIND_HEADER, KIND_BATCH), (IDS_HEADER, IDS_NEW))
+def request_headers(kind: bytes, *, new_ids: bool) -> RecordHeaders:
+    """A request record's headers: its ``kt-kind``, and ``kt-ids: new`` where every id in it was
+    drawn for it (``new_ids``)."""
+    return [(KIND_HEADER, kind), (IDS_HEADER, IDS_NEW)] if new_ids else [(KIND_HEADER, kind)]
 
 
 def _future(
@@ -342,14 +341,13 @@ def build_batches(
         groups.setdefault(group, []).append(value)
     records = []
     for (partition, new_ids), futures in sorted(groups.items()):
-        headers = _BATCH_NEW_IDS if new_ids else _BATCH
         for value in batch_values(futures, batch_size, max_batch_bytes):
             records.append(
                 TimerRecord(
                     topic=common.topics.request,
                     key=None,
                     value=value,
-                    headers=list(headers),
+                    headers=request_headers(KIND_BATCH, new_ids=new_ids),
                     partition=partition,
                 )
             )
@@ -382,6 +380,6 @@ def build_cancel(
         topic=common.topics.request,
         key=key,
         value=Cancel(id=timer_id).SerializeToString(),
-        headers=[(KIND_HEADER, KIND_CANCEL)],
+        headers=request_headers(KIND_CANCEL, new_ids=False),
     )
     return record, timer_id
