@@ -2,11 +2,12 @@
 
 The worker needs a few things these libraries offer no public way to do: book
 offsets as acked without Message objects, know how far a fetch has read, shorten
-aiokafka's fetch wait, reach the consumer group's coordinator, subscribe tables
-without Faust's start-up sleep, and unpack fetches whose header keys are not
-UTF-8. Each is reached here and nowhere else, through a small named function, or
-a base class that turns a private hook we must override into a named one; each
-docstring says what it relies on and why the worker needs it.
+aiokafka's fetch wait, put back what a fetch handed out too late, reach the
+consumer group's coordinator, subscribe tables without Faust's start-up sleep,
+and unpack fetches whose header keys are not UTF-8. Each is reached here and
+nowhere else, through a small named function, or a base class that turns a
+private hook we must override into a named one; each docstring says what it
+relies on and why the worker needs it.
 
 :data:`RELIES_ON` lists every such name with the shape used here, and
 :data:`MIRRORED` the library methods whose behaviour code here or in the
@@ -81,12 +82,18 @@ RELIES_ON: tuple[Reliance, ...] = (
     Reliance(_CONSUMER, "_to_message", "(self, tp, record)", "to_message"),
     Reliance(_CONSUMER, "_thread", "attribute", "fetch_position"),
     Reliance(_CONSUMER, "_new_consumer_thread", "(self)", "ConsumerBase"),
-    Reliance(_CONSUMER, "_get_active_partitions", "(self)", "ConsumerBase"),
+    Reliance(_CONSUMER, "_getmany", "async (self, active_partitions, timeout)", "ConsumerBase"),
     Reliance("faust.sensors.monitor.Monitor", "stream_inbound_time", "attribute", "note_stream_activity"),
     # Faust's consumer thread and the aiokafka consumer it holds.
     Reliance(_THREAD, "_consumer", "attribute", "fetch_position"),
     Reliance(_THREAD, "_ensure_consumer", "(self)", "started_consumer"),
     Reliance(_THREAD, "_create_worker_consumer", "(self, transport)", "ConsumerThreadBase"),
+    Reliance(
+        _THREAD,
+        "_fetch_records",
+        "async (self, consumer, active_partitions, timeout=..., max_records=...)",
+        "ConsumerThreadBase",
+    ),
     Reliance(_AIOKAFKA, "_subscription", "attribute", "fetch_position"),
     Reliance(_AIOKAFKA, "_fetch_max_wait_ms", "attribute", "set_fetch_max_wait"),
     Reliance(_AIOKAFKA, "_coordinator", "attribute", "group_coordinator"),
@@ -239,12 +246,19 @@ class ConsumerBase(faust_aiokafka.Consumer):
     def _new_consumer_thread(self) -> AIOKafkaConsumerThread:
         return self.thread_class(self, loop=self.loop, beacon=self.beacon)
 
-    def _get_active_partitions(self) -> set[TP]:
-        return self.partitions_to_fetch(super()._get_active_partitions())
+    async def _getmany(self, active_partitions: set[TP] | None, timeout: float) -> Mapping[TP, list[Any]]:
+        # The fetch alone is narrowed: Faust's pause and resume (table recovery's among them)
+        # change the set ``_get_active_partitions`` returns, and must reach the live one.
+        if active_partitions is None:  # a client-only app: every assigned partition
+            return await super()._getmany(active_partitions, timeout)
+        wanted = self.partitions_to_fetch(active_partitions)
+        if not wanted:  # aiokafka reads no partitions as all of them
+            return {}
+        return await super()._getmany(wanted, timeout)
 
     def partitions_to_fetch(self, active: set[TP]) -> set[TP]:
         """Of ``active`` (the assigned partitions flow control has not paused), those the next
-        fetch asks for."""
+        fetch asks for: ``active`` itself, or a new set."""
         return active
 
 
@@ -285,7 +299,7 @@ def set_fetch_max_wait(consumer: AIOKafkaConsumer, wait_ms: int) -> None:
 
 
 class ConsumerThreadBase(faust_aiokafka.AIOKafkaConsumerThread):
-    """Faust's aiokafka consumer thread, with the private hook the worker overrides given a name."""
+    """Faust's aiokafka consumer thread, with the private hooks the worker overrides given names."""
 
     def _create_worker_consumer(self, transport: Any) -> AIOKafkaConsumer:
         consumer = super()._create_worker_consumer(transport)
@@ -294,6 +308,29 @@ class ConsumerThreadBase(faust_aiokafka.AIOKafkaConsumerThread):
 
     def on_consumer_created(self, consumer: AIOKafkaConsumer) -> None:
         """Adjust the worker's aiokafka consumer, created but not yet started."""
+
+    async def _fetch_records(
+        self,
+        consumer: AIOKafkaConsumer,
+        active_partitions: set[TP],
+        timeout: float | None = None,
+        max_records: int | None = None,
+    ) -> Mapping[TP, list[Any]]:
+        records = await super()._fetch_records(
+            consumer, active_partitions, timeout=timeout, max_records=max_records
+        )
+        return self.on_records_fetched(consumer, records)
+
+    def on_records_fetched(
+        self, consumer: AIOKafkaConsumer, records: Mapping[TP, list[Any]]
+    ) -> Mapping[TP, list[Any]]:
+        """What a fetch hands to Faust's consumer of ``records``, which aiokafka's ``consumer``
+        has just handed out, its positions now past them.
+
+        Called on the consumer's thread as Faust's ``_fetch_records`` returns what aiokafka's
+        ``fetched_records`` gave, with nothing run in between: a seek here puts them back exactly.
+        """
+        return records
 
 
 # -- Faust's table manager and store --------------------------------------------------------------

@@ -33,6 +33,16 @@
    joins and, once started, sends a LeaveGroup for the recorded one before the
    first join. See :mod:`futures.worker.membership`.
 
+5. **A fetch that outlives a rebalance hands nothing over.** aiokafka holds a fetch
+   asked for before a rebalance until the new assignment, then answers it with
+   records of that assignment — of any partition, once the rebalance has emptied
+   the set of partitions the fetch was given (Faust's live set of active ones).
+   Flow is still stopped then, so the consumer drops them, as Faust's does, while
+   aiokafka's position has moved past them. A stream partition is sought again
+   when flow resumes; a changelog partition is not: table recovery, which sought it
+   just before, then waits forever for the records dropped. The consumer thread
+   puts back what it is handed while flow is stopped, at once, on its own thread.
+
 Registered as ``faust.transports`` entry points: ``timers://`` (any Kafka) and
 ``tansu://`` (the embedded broker profile).
 """
@@ -106,7 +116,8 @@ EMBEDDED_FETCH_MAX_WAIT_MS = 10
 
 
 class TimerConsumerThread(faust_adapter.ConsumerThreadBase):
-    """Faust's consumer thread, with the member id kept in the data dir (docstring, 4)."""
+    """Faust's consumer thread, with the member id kept in the data dir (docstring, 4) and what a
+    fetch hands out while flow is stopped put back (5)."""
 
     def _dynamic_membership(self) -> bool:
         return self.app.conf.consumer_group_instance_id is None
@@ -127,6 +138,16 @@ class TimerConsumerThread(faust_adapter.ConsumerThreadBase):
             except OSError as exc:  # only a restart's speed depends on it
                 log.warning("could not record the consumer's member id: %r", exc)
         await super().on_partitions_assigned(assigned, generation_id)
+
+    def on_records_fetched(self, consumer: Any, records: Mapping[TP, list[Any]]) -> Mapping[TP, list[Any]]:
+        if records and not self.consumer.flow_active:
+            # A fetch asked for before a rebalance is answered after it (docstring, 5): put its
+            # records back, so that they are read again once flow resumes.
+            for tp, batch in records.items():
+                if batch:
+                    consumer.seek(tp, batch[0].offset)
+            return {}
+        return records
 
 
 class TimerConsumer(faust_adapter.ConsumerBase):

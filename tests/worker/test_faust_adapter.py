@@ -408,8 +408,8 @@ def _library_subclasses() -> dict[str, type]:
 #: What each of our subclasses of a library class overrides on purpose; any other name it
 #: defines must be new to the library (an upgrade that adds it would be shadowed).
 OVERRIDES = {
-    "futures.worker.faust_adapter.ConsumerBase": {"_new_consumer_thread", "_get_active_partitions"},
-    "futures.worker.faust_adapter.ConsumerThreadBase": {"_create_worker_consumer"},
+    "futures.worker.faust_adapter.ConsumerBase": {"_new_consumer_thread", "_getmany"},
+    "futures.worker.faust_adapter.ConsumerThreadBase": {"_create_worker_consumer", "_fetch_records"},
     "futures.worker.faust_adapter.StoreBase": {r.name for r in RELIES_ON if r.used_by == "StoreBase"},
     "futures.worker.faust_adapter.LenientPythonBatch": {"_buffer", "_maybe_uncompress"},
     "futures.worker.app.PromptTableManager": {"on_start", "on_partitions_revoked"},

@@ -3,14 +3,28 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
+from collections.abc import Callable
+from pathlib import Path
 from types import SimpleNamespace
+from typing import Any
 
 from faust.sensors.monitor import Monitor
 from faust.types import TP
 
 from futures.worker import faust_adapter
-from futures.worker.transport import CHUNK_BYTES, RequestBacklog, TimerConsumer
+from futures.worker.app import create_app
+from futures.worker.config import WorkerConfig
+from futures.worker.transport import (
+    BACKLOG_STEPS,
+    CHUNK_BYTES,
+    BulkRoute,
+    RequestBacklog,
+    TimerConsumer,
+    TimerConsumerThread,
+    route_in_bulk,
+)
 
 
 def records(n: int, size: int, first_ms: int = 1_000, first_offset: int = 0) -> list[SimpleNamespace]:
@@ -147,3 +161,100 @@ def test_the_backlog_counts_the_bytes_it_holds() -> None:
     assert backlog.bytes == 500
     backlog.clear()
     assert backlog.bytes == 0
+
+
+class _Fetcher:
+    """Stands in for aiokafka's consumer and fetcher: per partition, the next offset it hands out.
+    Its fetch is answered after ``meanwhile`` ran, as aiokafka answers one asked for before a
+    rebalance once the new assignment is in: with records of it, its positions past them."""
+
+    def __init__(
+        self, positions: dict[TP, int], answer: dict[TP, int], meanwhile: Callable[[], None]
+    ) -> None:
+        self.positions = positions
+        self._answer, self._meanwhile = answer, meanwhile  # records per partition
+        self._closed = False
+        self._fetcher = self
+        self._subscriptions = SimpleNamespace(fetch_context=contextlib.nullcontext)
+
+    async def fetched_records(
+        self, partitions: set[TP], timeout: float = 0, max_records: int | None = None
+    ) -> dict[TP, list[SimpleNamespace]]:
+        self._meanwhile()
+        handed = {}
+        for tp, n in self._answer.items():
+            first = self.positions[tp]
+            handed[tp] = [SimpleNamespace(offset=first + i) for i in range(n)]
+            self.positions[tp] = first + n
+        return handed
+
+    def seek(self, tp: TP, offset: int) -> None:
+        self.positions[tp] = offset
+
+
+def _consumer_thread(tmp_path: Path) -> Any:
+    config = WorkerConfig.from_env(
+        {"KAFKA_BOOTSTRAP_SERVERS": "127.0.0.1:1", "TIMERS_DATA_DIR": str(tmp_path), "TIMERS_APP_ID": "t"}
+    )
+    thread = create_app(config, partitions=4).app.consumer._thread
+    assert isinstance(thread, TimerConsumerThread)
+    return thread
+
+
+def test_what_a_fetch_hands_out_once_flow_stopped_is_read_again(tmp_path: Path) -> None:
+    # A fetch asked for before a rebalance came back with the changelog records table recovery
+    # had just sought to, while flow was still stopped: dropped, and recovery waited forever.
+    thread = _consumer_thread(tmp_path)
+    changelog, request = TP("t-timers-changelog", 0), TP("timer-request", 0)
+    stop_flow = thread.consumer.stop_flow  # what the rebalance does while the fetch waits
+    fetcher = _Fetcher({changelog: 700, request: 680}, {changelog: 285, request: 26}, stop_flow)
+
+    records = asyncio.run(thread._fetch_records(fetcher, {request}, timeout=1.0))
+
+    assert records == {}
+    assert fetcher.positions == {changelog: 700, request: 680}
+
+
+def test_a_fetch_while_flow_runs_hands_out_what_it_got(tmp_path: Path) -> None:
+    thread = _consumer_thread(tmp_path)
+    changelog = TP("t-timers-changelog", 0)
+    fetcher = _Fetcher({changelog: 700}, {changelog: 3}, lambda: None)
+
+    records = asyncio.run(thread._fetch_records(fetcher, {changelog}, timeout=1.0))
+
+    assert [r.offset for r in records[changelog]] == [700, 701, 702]
+    assert fetcher.positions == {changelog: 703}
+
+
+def test_a_resume_while_requests_are_held_reaches_the_next_fetch(tmp_path: Path) -> None:
+    # Table recovery pauses the stream partitions and resumes its changelog ones while the
+    # backlog may hold enough requests that their partition is left out of the fetch: the
+    # pause and the resume must reach the partitions Faust keeps, and the fetch leave out
+    # only the held partition.
+    thread = _consumer_thread(tmp_path)
+    consumer = thread.consumer
+    request, tick = TP("timer-request", 0), TP("oscillator", 0)
+    changelog, other = TP("t-timers-changelog", 0), TP("timer-request", 1)
+
+    async def nothing(*_: Any) -> None:
+        return None
+
+    batch = 10
+    route = BulkRoute(frozenset({request.topic}), nothing, tick.topic, lambda _: None, lambda: None, batch)
+    route_in_bulk(consumer.app, route)
+    consumer._active_partitions = {request, other, tick}
+    consumer._backlog.add(request, records(batch * BACKLOG_STEPS, 10), 0)
+    asked: list[set[TP]] = []
+
+    async def getmany(partitions: set[TP], timeout: float) -> dict[TP, list[Any]]:
+        asked.append(set(partitions))
+        return {}
+
+    thread.getmany = getmany
+
+    consumer.pause_partitions([other])
+    consumer.resume_partitions([changelog])
+    asyncio.run(consumer._getmany(consumer._get_active_partitions(), 0.0))
+
+    assert consumer._get_active_partitions() == {request, tick, changelog}
+    assert asked == [{tick, changelog}]
