@@ -19,7 +19,15 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from confluent_kafka import OFFSET_BEGINNING, OFFSET_END, Consumer, KafkaError, KafkaException, TopicPartition
+from confluent_kafka import (
+    OFFSET_BEGINNING,
+    OFFSET_END,
+    TIMESTAMP_NOT_AVAILABLE,
+    Consumer,
+    KafkaError,
+    KafkaException,
+    TopicPartition,
+)
 from confluent_kafka.admin import AdminClient
 
 from futures.client import TimerClient
@@ -298,8 +306,13 @@ def _int_header(headers: KafkaHeaders, name: str) -> int | None:
         return None
 
 
-def record_json(msg: Any, now_ms: int) -> dict[str, Any]:
-    """What ``timers watch`` prints for one record; lateness in milliseconds."""
+def record_json(msg: Any) -> dict[str, Any]:
+    """What ``timers watch`` prints for one record; lateness in milliseconds.
+
+    ``lateness_ms`` is the record's Kafka timestamp (for a callback: when the worker wrote it)
+    minus its ``kt-due-ms``, so it says the same whenever the record is read; ``fire_delay_ms``
+    is ``kt-fired-ms`` (when the worker sent it, by its own clock) minus ``kt-due-ms``.
+    """
     headers = message_headers(msg)
     if headers is None:
         headers = (("?", b"<unreadable: a header key is not UTF-8>"),)
@@ -313,7 +326,9 @@ def record_json(msg: Any, now_ms: int) -> dict[str, Any]:
     due_ms = _int_header(headers, H_DUE_MS)
     if due_ms is not None:
         out["due"] = _iso_ms(due_ms)
-        out["lateness_ms"] = now_ms - due_ms
+        kind, written_ms = msg.timestamp()
+        if kind != TIMESTAMP_NOT_AVAILABLE:
+            out["lateness_ms"] = written_ms - due_ms
         fired_ms = _int_header(headers, H_FIRED_MS)
         if fired_ms is not None:
             out["fire_delay_ms"] = fired_ms - due_ms
@@ -392,7 +407,7 @@ def _print_records(consumer: Consumer, args: argparse.Namespace, deadline: float
                 raise KafkaException(err)
             print(f"timers: warning: {err.str()}", file=sys.stderr)
             continue
-        _print_json(record_json(msg, round(time.time() * 1000)))
+        _print_json(record_json(msg))
         seen += 1
     return 0
 

@@ -7,6 +7,7 @@ import time
 from datetime import UTC, datetime
 
 import pytest
+from confluent_kafka import TIMESTAMP_CREATE_TIME, TIMESTAMP_NOT_AVAILABLE
 
 from futures import cli
 from futures.cli import main, record_json
@@ -205,8 +206,14 @@ def test_unreachable_kafka_exits_2_with_one_line(capsys, monkeypatch):
 
 
 class FakeMessage:
-    def __init__(self, key, value, headers):
+    def __init__(self, key, value, headers, timestamp_ms=None):
         self._key, self._value, self._headers = key, value, headers
+        self._timestamp_ms = timestamp_ms
+
+    def timestamp(self):
+        if self._timestamp_ms is None:
+            return TIMESTAMP_NOT_AVAILABLE, -1
+        return TIMESTAMP_CREATE_TIME, self._timestamp_ms
 
     def partition(self):
         return 3
@@ -224,13 +231,14 @@ class FakeMessage:
         return self._headers
 
 
-def test_watch_output_shows_lateness_of_a_callback():
+def test_watch_output_shows_lateness_of_a_callback_whenever_it_is_read():
     msg = FakeMessage(
         b"order-42",
         b"\xff\x00",
         [("kt-id", b"r-1"), ("kt-due-ms", b"1800000000000"), ("kt-fired-ms", b"1800000000040"), ("x", None)],
+        timestamp_ms=1_800_000_000_250,
     )
-    out = record_json(msg, now_ms=1_800_000_000_250)
+    out = record_json(msg)
     assert out == {
         "partition": 3,
         "offset": 17,
@@ -244,5 +252,5 @@ def test_watch_output_shows_lateness_of_a_callback():
 
 
 def test_watch_output_of_a_plain_record_has_no_lateness():
-    out = record_json(FakeMessage(None, b"hello", None), now_ms=1)
+    out = record_json(FakeMessage(None, b"hello", None))
     assert out == {"partition": 3, "offset": 17, "key": None, "value": "hello", "headers": {}}
