@@ -33,11 +33,12 @@ short by a crash leaves, which its requests, read again, put right.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from itertools import islice, repeat
 
 from futures.worker.context import EngineContext
+from futures.worker.fencing import owner_headers, owner_record
 from futures.worker.kafka import Deliveries
 from futures.worker.table import FIRED_RECORD_BYTES, Record, progress_record, topic_progress_record
 
@@ -94,7 +95,8 @@ async def _topic_progress(
         if part.topic_offsets:
             progress = [topic_progress_record(*p) for p in part.topic_offsets.items()]
             staged[partition] += progress
-            ctx.writer.produce_many(ctx.config.changelog_topic, partition, progress, deliveries)
+            headers = ctx.tables(partition).owner_headers
+            ctx.writer.produce_many(ctx.config.changelog_topic, partition, progress, deliveries, headers)
     if deliveries.quiet:
         await ctx.writer.delivered(deliveries)
         deliveries.raise_first("changelog progress")
@@ -115,7 +117,10 @@ class Ahead:
             done = counts.get(partition, 0)
             if len(part.records) > done and not progress.busy(partition):
                 records = islice(part.records, done, None)
-                ctx.writer.produce_many(ctx.config.changelog_topic, partition, records, self.deliveries)
+                headers = ctx.tables(partition).owner_headers
+                ctx.writer.produce_many(
+                    ctx.config.changelog_topic, partition, records, self.deliveries, headers
+                )
                 counts[partition] = len(part.records)
 
     def tombstones(self, ctx: EngineContext, partition: int, keys: list[bytes]) -> None:
@@ -124,7 +129,11 @@ class Ahead:
         if self.counts.get(partition):
             raise ValueError("tombstones go before a write's records")
         ctx.writer.produce_many(
-            ctx.config.changelog_topic, partition, zip(keys, repeat(None)), self.deliveries
+            ctx.config.changelog_topic,
+            partition,
+            zip(keys, repeat(None)),
+            self.deliveries,
+            ctx.tables(partition).owner_headers,
         )
 
 
@@ -149,8 +158,10 @@ async def commit(ctx: EngineContext, changes: dict[int, Changes], *, ahead: Ahea
     produced = {} if ahead is None else ahead.counts
     for partition, part in changes.items():
         done = produced.get(partition, 0)
-        staged[partition] = [*part.records, *ctx.tables(partition).fired_records(part.fired, fired_bytes)]
-        writer.produce_many(changelog, partition, islice(staged[partition], done, None), deliveries)
+        table = ctx.tables(partition)
+        staged[partition] = [*part.records, *table.fired_records(part.fired, fired_bytes)]
+        records = islice(staged[partition], done, None)
+        writer.produce_many(changelog, partition, records, deliveries, table.owner_headers)
     side = dispatch.take_side()  # this write's events and dead letters
     groups = (deliveries,) if ahead is None else (deliveries, ahead.deliveries)
     await writer.delivered(*groups, side)
@@ -167,7 +178,14 @@ async def commit(ctx: EngineContext, changes: dict[int, Changes], *, ahead: Ahea
         )
         staged[partition].append(tail)
         deliveries = Deliveries(offsets=True)
-        writer.produce(changelog, tail[0], tail[1], partition=partition, deliveries=deliveries)
+        writer.produce(
+            changelog,
+            tail[0],
+            tail[1],
+            headers=table.owner_headers,
+            partition=partition,
+            deliveries=deliveries,
+        )
         table.apply(
             staged[partition],
             None,
@@ -176,3 +194,22 @@ async def commit(ctx: EngineContext, changes: dict[int, Changes], *, ahead: Ahea
             progress_on_disk=False,
         )
         ctx.progress.add(partition, deliveries, tail, table)
+
+
+async def open_epoch(ctx: EngineContext, partitions: Iterable[int], epoch: int) -> None:
+    """Write the owner record of ``epoch`` to each of ``partitions``' changelog, after every record
+    this worker wrote before, and write under ``epoch`` from then on (:mod:`futures.worker.fencing`).
+
+    Under the engine lock, before the partitions' recovery reads their changelog to its end: a
+    replay then applies what earlier owners wrote before this record, and nothing they write after.
+    """
+    partitions = list(partitions)
+    await ctx.progress.landed()
+    deliveries = Deliveries()
+    record, headers = owner_record(epoch), owner_headers(epoch)
+    for partition in partitions:
+        ctx.writer.produce_many(ctx.config.changelog_topic, partition, [record], deliveries, headers)
+    await ctx.writer.delivered(deliveries)
+    deliveries.raise_first("changelog owner record")
+    for partition in partitions:
+        ctx.tables(partition).own(epoch)

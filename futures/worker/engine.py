@@ -25,6 +25,7 @@ import logging
 from collections.abc import Callable, Collection, Iterable, Sequence
 
 from futures.ingress.records import SourceRecord
+from futures.worker.changelog import open_epoch
 from futures.worker.config import WorkerConfig
 from futures.worker.context import EngineContext, wall_clock_ms
 from futures.worker.destinations import AnyTopic, TopicDirectory
@@ -311,7 +312,13 @@ class TimerEngine:
         """Wait until the callbacks being built ahead are built (tests and benchmarks)."""
         await self._lookahead.built()
 
-    # -- revocation and failure --------------------------------------------------
+    # -- assignment, revocation and failure ---------------------------------------
+
+    async def own(self, partitions: Iterable[int], epoch: int) -> None:
+        """``partitions`` are assigned to this worker in consumer group generation ``epoch``: write
+        their owner records, so that what an earlier owner writes from now on is fenced
+        (:mod:`futures.worker.fencing`). Under the engine lock, before their recovery."""
+        await open_epoch(self._ctx, partitions, epoch)
 
     def revoke(self, partitions: Iterable[int]) -> None:
         """Stop at once what this worker would still send of ``partitions``, revoked by a rebalance.

@@ -225,10 +225,11 @@ class KafkaWriter:
         partition: int,
         records: Iterable[tuple[bytes, bytes | None]],
         deliveries: Deliveries,
+        headers: RecordHeaders | None = None,
     ) -> None:
-        """Queue ``records`` (key, value) to one partition through the quiet producer; their
-        failures land in ``deliveries``, which :meth:`delivered` awaits until that producer
-        holds nothing more.
+        """Queue ``records`` (key, value) to one partition through the quiet producer, each with
+        ``headers``; their failures land in ``deliveries``, which :meth:`delivered` awaits until
+        that producer holds nothing more.
 
         The changelog's path: a put per accepted timer, a tombstone per swept one.
         """
@@ -237,9 +238,9 @@ class KafkaWriter:
         deliveries.quiet = True
         for key, value in records:
             try:
-                queue(topic, value, key, partition, report)
+                queue(topic, value, key, partition, report, None, 0, headers)
             except (BufferError, KafkaException):
-                _queue_into(quiet, topic, key, value, partition, report)
+                _queue_into(quiet, topic, key, value, partition, report, headers)
 
     async def delivered(self, *groups: Deliveries) -> None:
         """Wait until every record of ``groups`` has its delivery report.

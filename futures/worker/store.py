@@ -22,14 +22,16 @@ import logging
 import re
 import threading
 from collections import defaultdict
-from collections.abc import Awaitable, Callable, Iterable, Iterator
+from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
 from faust.types import TP, EventT
 
 from futures.worker.faust_adapter import StoreBase
+from futures.worker.fencing import OwnerFence
 from futures.worker.table import PartitionTimers, Record
+from ktimers.errors import TimersError
 
 log = logging.getLogger(__name__)
 
@@ -48,6 +50,42 @@ def _ignore(partitions: set[int]) -> None:
 
 async def _nothing_to_settle() -> None:
     pass
+
+
+async def _own_nothing(partitions: set[int], epoch: int) -> None:
+    pass
+
+
+class TableDiverged(TimersError):
+    """A table holds writes of its own that a newer owner fenced: it is rebuilt on restart."""
+
+
+def _check(fence: OwnerFence, table: PartitionTimers, partition: int, offset: int) -> None:
+    """Say what ``fence`` skipped of the records a replay applied up to ``offset``; a table that holds
+    writes of its own the replay skipped is marked for a rebuild, and the worker stops."""
+    if fence.fenced:
+        log.warning(
+            "partition %d: skipped %d changelog records a revoked owner wrote after its successor "
+            "started (up to offset %d)", partition, fence.fenced, offset,
+        )  # fmt: skip
+        fence.fenced = 0
+    if fence.diverged:
+        table.mark_stale()
+        raise TableDiverged(
+            f"partition {partition}: this worker's table holds changelog writes of its own that a newer "
+            "owner fenced (it went on writing after losing the partition); the table is marked for a "
+            "rebuild from the changelog, which the restart does"
+        )
+
+
+def _open(path: Path) -> PartitionTimers:
+    """The table at ``path``; a new, empty one where it was marked for a rebuild."""
+    timers = PartitionTimers(path)
+    if timers.stale:
+        log.warning("%s: the table was marked for a rebuild: rebuilding it from the changelog", path)
+        timers.destroy()
+        timers = PartitionTimers(path)
+    return timers
 
 
 class TimerStore(StoreBase):
@@ -78,6 +116,11 @@ class TimerStore(StoreBase):
         #: Awaited once they are told, before the group rejoins and before the tables close:
         #: the engine settles what it sent of them (:meth:`settle_revoked`).
         self.on_settle: Callable[[], Awaitable[None]] = _nothing_to_settle
+        #: Awaited at each assignment, under the lock, before recovery: the engine writes the
+        #: partitions' owner records for the generation (:mod:`futures.worker.fencing`).
+        self.on_assigned: Callable[[set[int], int], Awaitable[None]] = _own_nothing
+        #: Per assigned partition, what its recovery applies of the changelog.
+        self._fences: dict[int, OwnerFence] = {}
 
     # -- what the engine uses -------------------------------------------------
 
@@ -92,7 +135,7 @@ class TimerStore(StoreBase):
             with self._opening:
                 timers = self._found.pop(partition, None)
                 if timers is None:
-                    timers = PartitionTimers(self._table_path(partition))
+                    timers = _open(self._table_path(partition))
             self._partitions[partition] = timers
         return timers
 
@@ -127,7 +170,7 @@ class TimerStore(StoreBase):
                 if partition in self._partitions or partition in self._found:
                     continue
                 try:
-                    self._found[partition] = PartitionTimers(self._table_path(partition))
+                    self._found[partition] = _open(self._table_path(partition))
                 except Exception as exc:  # noqa: BLE001 - retried on assignment, where it is fatal
                     log.warning("could not open the timer table of partition %d early: %r", partition, exc)
                     continue
@@ -250,12 +293,26 @@ class TimerStore(StoreBase):
         offsets: dict[int, int] = {}
         for event in batch:
             message = event.message
+            partition = message.partition
+            offsets[partition] = max(message.offset, offsets.get(partition, -1))
             if message.key is None:
                 continue  # not ours: every record the engine writes has a key
-            records[message.partition].append((message.key, message.value))
-            offsets[message.partition] = max(message.offset, offsets.get(message.partition, -1))
-        for partition, recs in records.items():
-            self.partition(partition).apply(recs, offsets[partition])
+            fence = self._fences.get(partition)
+            if fence is None:
+                table = self.partition(partition)
+                fence = self._fences[partition] = OwnerFence(table.owner_epoch, table.written_epoch)
+            headers = message.headers
+            if not fence.admit(message.key, headers.items() if isinstance(headers, Mapping) else headers):
+                continue  # written by an owner after a newer one had started
+            records[partition].append((message.key, message.value))
+        for partition, offset in offsets.items():
+            table = self.partition(partition)
+            fence = self._fences.get(partition)
+            table.apply(
+                records.get(partition, []), offset, owner_epoch=None if fence is None else fence.epoch
+            )
+            if fence is not None:
+                _check(fence, table, partition, offset)
 
     async def on_rebalance(
         self,
@@ -275,8 +332,13 @@ class TimerStore(StoreBase):
             for partition in set(self._partitions) - self._owned:
                 log.info("closing timer table of partition %d", partition)
                 self._partitions.pop(partition).close()
+            fences = {}
             for partition in self._owned:
-                self.partition(partition)
+                table = self.partition(partition)
+                fences[partition] = OwnerFence(table.owner_epoch, table.written_epoch)
+            self._fences = fences
+            if self._owned:
+                await self.on_assigned(set(self._owned), generation_id)
 
     async def on_recovery_completed(self, active_tps: set[TP], standby_tps: set[TP]) -> None:
         parts = sorted(tp.partition for tp in active_tps)

@@ -16,6 +16,12 @@ key                    value                       in the changelog?
 (column family ``ids``)                            valid while its timer is there
 ``m:pending``           count (8)                   no: derived
 ``m:offset``            changelog offset (8)        no: how far the changelog is applied
+``m:owner:`` + epoch    epoch (8)                   yes: an owner started writing
+                                                   (:mod:`futures.worker.fencing`)
+``m:epochs``            highest owner epoch met and  no: derived
+                       the epoch this table's
+                       owner writes under (8 each)
+``m:stale``             empty                       no: rebuild from the changelog
 =====================  ==========================  ======================
 
 A firing deletes the timers it fired with ``f`` records, each listing the keys of
@@ -91,6 +97,7 @@ from rocksdict import (
     WriteBufferManager,
 )
 
+from futures.worker.fencing import owner_headers
 from futures.worker.fired_keys import FIRED_RECORD_BYTES, pack_keys, unpack_keys
 from futures.worker.table_read import keys_between, take_due
 from futures.worker.table_write import (
@@ -101,6 +108,7 @@ from futures.worker.table_write import (
     TOPIC_PROGRESS_PREFIX,
     fill,
 )
+from ktimers.producer import RecordHeaders
 from ktimers.wire import due_prefix, split_timer_key, timer_key
 
 log = logging.getLogger(__name__)
@@ -112,6 +120,8 @@ _MOVE_BATCH = 10_000
 
 PENDING_KEY = b"m:pending"
 OFFSET_KEY = b"m:offset"
+EPOCHS_KEY = b"m:epochs"
+STALE_KEY = b"m:stale"
 
 _I64 = struct.Struct(">q")
 _PROGRESS = struct.Struct(">qq")
@@ -135,6 +145,10 @@ def table_key(due_ms: int, timer_id: str) -> bytes:
 def due_of_key(key: bytes) -> int:
     """The due time (epoch ms) in a timer's table key."""
     return int(_U64.unpack_from(key, len(TIMER_PREFIX))[0])
+
+
+def _epochs_value(met: int | None, written: int | None) -> bytes:
+    return _PROGRESS.pack(-1 if met is None else met, -1 if written is None else written)
 
 
 def progress_record(watermark: int, request_offset: int) -> Record:
@@ -359,6 +373,15 @@ class PartitionTimers:
         self._low_known = False
         #: The sequence number of the next ``f`` record: past every one the table holds.
         self._fired_seq = self._last_fired_seq() + 1
+        met, written = self._read_epochs()
+        #: The highest epoch of the owner records the table applied (:mod:`futures.worker.fencing`),
+        #: None if none: where a replay from its offset starts fencing.
+        self.owner_epoch: int | None = met
+        #: The epoch this table's owner last wrote under (:meth:`own`), None if never.
+        self.written_epoch: int | None = written
+        #: The headers of every changelog record written for this table: its owner's epoch
+        #: (None until :meth:`own`: records without it are always applied).
+        self.owner_headers: RecordHeaders | None = None
         #: The first ``f`` record whose timers' index entries the sweep deletes unread (None:
         #: none), and the entries a lookup found since (:meth:`trust_listings`).
         self._trusted_from: int | None = None
@@ -387,6 +410,32 @@ class PartitionTimers:
         if not it.valid() or not bytes(it.key()).startswith(FIRED_PREFIX):
             return -1
         return int(_U64.unpack_from(bytes(it.key()), len(FIRED_PREFIX))[0])
+
+    def _read_epochs(self) -> tuple[int | None, int | None]:
+        raw = self._db.get(EPOCHS_KEY)
+        if raw is None:
+            return None, None
+        met, written = _PROGRESS.unpack(raw)
+        return (None if met < 0 else met), (None if written < 0 else written)
+
+    def own(self, epoch: int) -> None:
+        """This worker writes the table's changelog under ``epoch`` from now on: its owner record
+        (:func:`~futures.worker.fencing.owner_record`) was written. The epochs met are not raised:
+        they are those of the owner records up to the changelog offset the table has applied, and
+        the recovery that follows reads this one."""
+        self.written_epoch = epoch
+        self.owner_headers = owner_headers(epoch)
+        self._db.put(EPOCHS_KEY, _epochs_value(self.owner_epoch, self.written_epoch))
+
+    @property
+    def stale(self) -> bool:
+        """Marked for a rebuild from the changelog (:meth:`mark_stale`)."""
+        return self._db.get(STALE_KEY) is not None
+
+    def mark_stale(self) -> None:
+        """The table is not what its changelog restores: whoever opens it next rebuilds it."""
+        self._db.put(STALE_KEY, b"")
+        self._db.flush()
 
     def _read_int(self, key: bytes, codec: struct.Struct, default: int) -> int:
         raw = self._db.get(key)
@@ -685,6 +734,7 @@ class PartitionTimers:
         stale_index: Sequence[bytes] = (),
         *,
         progress_on_disk: bool = True,
+        owner_epoch: int | None = None,
     ) -> None:
         """Apply changelog records in order, atomically, and remember ``offset``.
 
@@ -694,7 +744,8 @@ class PartitionTimers:
         too, which are no changelog records (the sweep's: :attr:`Unswept.stale_index`).
         ``progress_on_disk=False``: the progress record among ``records`` is still on its way to
         the changelog, so it moves the table in memory only; :meth:`progress_landed` writes it
-        once it landed (:mod:`futures.worker.progress`).
+        once it landed (:mod:`futures.worker.progress`). ``owner_epoch``: the highest owner epoch a
+        replay met up to these records (:class:`~futures.worker.fencing.OwnerFence`).
         The records become the batch's operations in compiled code
         (:func:`~futures.worker.table_write.fill`).
         """
@@ -716,8 +767,13 @@ class PartitionTimers:
             batch.put(topic_progress_record(topic, topic_offset)[0], _I64.pack(topic_offset))
         if offset is not None:
             batch.put(OFFSET_KEY, _I64.pack(offset))
+        met = self.owner_epoch
+        if owner_epoch is not None and (met is None or owner_epoch > met):
+            met = owner_epoch
+            batch.put(EPOCHS_KEY, _epochs_value(met, self.written_epoch))
         MEMTABLES.hold_writes()
         self._db.write(batch)
+        self.owner_epoch = met
         self.pending, self.watermark, self.request_offset = pending, watermark, request_offset
         self.topic_offsets.update(topic_offsets)
         if offset is not None:

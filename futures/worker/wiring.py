@@ -72,6 +72,7 @@ def build(config: WorkerConfig, partitions: int) -> tuple[faust.App, TimerEngine
     )
     store.on_revoked = engine.revoke
     store.on_settle = engine.settle_revoked
+    store.on_assigned = engine.own
 
     @timers.app.on_partitions_revoked.connect  # type: ignore[arg-type]
     async def settle_revoked(sender: Any, revoked: set[Any], *, signal: Any, **kwargs: Any) -> None:

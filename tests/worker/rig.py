@@ -127,6 +127,12 @@ class Rig:
         value = Cancel(id=timer_id).SerializeToString()
         return self._record(self.topics.request, partition, None, value, (("kt-kind", b"cancel"),))
 
+    def next_offsets_after(self, other: Rig) -> None:
+        """Number the records made from now on past those ``other`` made: another worker reading
+        on the same topics."""
+        for where, offset in other._offsets.items():
+            self._offsets[where] = max(self._offsets[where], offset)
+
     def last_offset(self, topic: str, partition: int) -> int:
         """Offset of the last record made for ``topic`` and ``partition`` (-1 if none)."""
         return self._offsets[(topic, partition)] - 1
