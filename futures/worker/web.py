@@ -52,7 +52,7 @@ def register_views(
         return web.json({"status": "recovering", "partitions": partitions}, status=503)
 
     # The admin API's cancel/reschedule requests go out on the worker's own producer.
-    register_admin(app, config, store, status, TimerActions(config.common, writer))
+    register_admin(app, config, store, status, TimerActions(config, writer))
 
 
 def without_builtin_views(app: faust.App) -> None:

@@ -1,14 +1,24 @@
 """The OpenAPI 3 description of the admin API, served at ``/api/openapi.json``.
 
-Written by hand next to the views; a test checks that it names exactly the
-routes the worker serves.
+Written by hand next to the views, and exact: every value it admits is one the views
+take, every value it refuses they refuse (400), and a route takes only the query
+parameters listed here. Tests check that it names exactly the routes the worker serves
+(tests/worker/test_web.py) and fuzz each operation from it (tests/worker/admin/test_schema.py).
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from futures.worker.admin.params import DEFAULT_LIMIT, MAX_DELAY_S, MAX_DUE_MS, MAX_LIMIT
+from futures.worker.admin.params import (
+    CURSOR_PATTERN,
+    DEFAULT_LIMIT,
+    END_MS,
+    FIRINGS_LIMIT,
+    MAX_DELAY_S,
+    MAX_DUE_MS,
+    MAX_LIMIT,
+)
 from futures.worker.admin.queries import PAYLOAD_PREVIEW_BYTES
 
 Json = dict[str, Any]
@@ -32,13 +42,20 @@ _ID = {
     "in": "path",
     "required": True,
     "description": "Timer id (URL-encoded)",
-    "schema": {"type": "string"},
+    "schema": {"type": "string", "minLength": 1},
 }
+#: A due time: epoch ms up to the latest the ingest accepts (9999-12-31T23:59:59.999Z).
 _MS = {"type": "integer", "format": "int64", "minimum": 0, "maximum": MAX_DUE_MS}
 _NULLABLE_MS = {**_MS, "nullable": True}
-_LIMIT = _query(
-    "limit", "Page size", {"type": "integer", "minimum": 1, "maximum": MAX_LIMIT, "default": DEFAULT_LIMIT}
-)
+#: A bound of a range of due times: up to just after the latest due time.
+_RANGE_MS = {"type": "integer", "format": "int64", "minimum": 0, "maximum": END_MS}
+
+
+def _limit(default: int) -> Json:
+    schema = {"type": "integer", "minimum": 1, "maximum": MAX_LIMIT, "default": default}
+    return _query("limit", "Page size", schema)
+
+
 _READ_SECURITY: Json = {"security": [{"bearer": []}]}
 _READ_ERRORS = {
     "401": _json("Missing or wrong bearer token", _ref("Error")),
@@ -58,12 +75,12 @@ _MUTATION_ERRORS = {
 }
 
 
-def _paths() -> Json:
+def _paths(partitions: int) -> Json:
     return {
         "/api/stats": {
             "get": {
                 "summary": "Pending count, next due, firings and lateness, dead letters, clocks, oscillators",
-                "responses": {"200": _json("Worker status", _ref("Stats"))},
+                "responses": {"200": _json("Worker status", _ref("Stats")), "400": _ERROR},
             }
         },
         "/api/partitions": {
@@ -79,23 +96,37 @@ def _paths() -> Json:
                                 "elsewhere": _ref("Elsewhere"),
                             },
                         },
-                    )
+                    ),
+                    "400": _ERROR,
                 },
             }
         },
         "/api/timers": {
             "get": {
-                "summary": "Pending timers due in [from_ms, to_ms), earliest first, one page at a time",
+                "summary": "Pending timers due in [from_ms, to_ms), earliest first, one page at a time "
+                "(none when to_ms <= from_ms)",
                 "description": "A range scan over the table's due-time order, never a full scan. Covers the "
                 "partitions this worker holds; `elsewhere` names the workers holding the others. "
                 "Shows payload sizes, never payloads.",
                 **_READ_SECURITY,
                 "parameters": [
-                    _query("from_ms", "Earliest due time, epoch ms (inclusive)", {**_MS, "default": 0}),
-                    _query("to_ms", "Latest due time, epoch ms (exclusive)", {**_MS, "default": MAX_DUE_MS}),
-                    _LIMIT,
-                    _query("after", "The `next` value of the previous page", {"type": "string"}),
-                    _query("partition", "Only this partition", {"type": "integer", "minimum": 0}),
+                    _query("from_ms", "Earliest due time, epoch ms (inclusive)", {**_RANGE_MS, "default": 0}),
+                    _query(
+                        "to_ms",
+                        "End of the due times, epoch ms (exclusive); not before from_ms",
+                        {**_RANGE_MS, "default": END_MS},
+                    ),
+                    _limit(DEFAULT_LIMIT),
+                    _query(
+                        "after",
+                        "The `next` value of the previous page: a due time (epoch ms), `:`, a timer id",
+                        {"type": "string", "pattern": CURSOR_PATTERN},
+                    ),
+                    _query(
+                        "partition",
+                        "Only this partition",
+                        {"type": "integer", "minimum": 0, "maximum": partitions - 1},
+                    ),
                 ],
                 "responses": {
                     "200": _json(
@@ -158,8 +189,13 @@ def _paths() -> Json:
         "/api/timers/{timer_id}/reschedule": {
             "post": {
                 "summary": "Move a pending timer to a new due time",
-                "description": "Sends the stored `Future` again with the same id and the new due time; "
-                "the newer version replaces the pending one and `timer-events` records SCHEDULED.",
+                "description": "Sends the stored `Future` again, all of it, with the same id and the new "
+                "due time; the newer version replaces the pending one and `timer-events` records "
+                "SCHEDULED. A recurring timer's pending occurrence moves, keeping its ordinal and its "
+                "series' rule and limits; the occurrences after it follow from the new due time. The "
+                "worker's own checks are applied first (due time, TIMERS_MAX_DUE_AHEAD_S, lateness "
+                "policy, callback topic, size, recurrence): what it would refuse is not sent (409, "
+                "with the dead-letter reason it would give).",
                 "security": [{"bearer": []}],
                 "parameters": [_ID],
                 "requestBody": {
@@ -168,12 +204,14 @@ def _paths() -> Json:
                         "application/json": {
                             "schema": {
                                 "type": "object",
-                                "description": "Exactly one of due_ms and delay_s",
+                                "description": "Exactly one of due_ms (epoch ms) and delay_s (seconds "
+                                "from now)",
                                 "properties": {
                                     "due_ms": _MS,
                                     "delay_s": {"type": "number", "minimum": 0, "maximum": MAX_DELAY_S},
                                 },
                                 "additionalProperties": False,
+                                "oneOf": [{"required": ["due_ms"]}, {"required": ["delay_s"]}],
                             }
                         }
                     },
@@ -181,7 +219,11 @@ def _paths() -> Json:
                 "responses": {
                     "202": _json("Reschedule sent", _ref("Mutation")),
                     "400": _ERROR,
-                    "409": _json("The stored Future cannot be sent again as it is", _ref("Error")),
+                    "409": _json(
+                        "Not sent: the worker would refuse the timer due then (`reason`: its dead-letter "
+                        "reason, e.g. invalid-recurrence for a due time outside its series' bounds)",
+                        _ref("Refused"),
+                    ),
                     "413": _json("Body too large", _ref("Error")),
                     **_MUTATION_ERRORS,
                 },
@@ -191,7 +233,7 @@ def _paths() -> Json:
             "get": {
                 "summary": "Recent firings with their lateness, newest first (kept in memory, bounded)",
                 **_READ_SECURITY,
-                "parameters": [_LIMIT],
+                "parameters": [_limit(FIRINGS_LIMIT)],
                 "responses": {
                     "200": _json(
                         "Firings",
@@ -219,7 +261,10 @@ def _paths() -> Json:
             }
         },
         "/api/openapi.json": {
-            "get": {"summary": "This document", "responses": {"200": {"description": "OpenAPI 3 JSON"}}}
+            "get": {
+                "summary": "This document",
+                "responses": {"200": _json("OpenAPI 3 JSON", {"type": "object"}), "400": _ERROR},
+            }
         },
     }
 
@@ -238,6 +283,11 @@ def _schemas() -> Json:
     }
     return {
         "Error": {"type": "object", "required": ["error"], "properties": {"error": string}},
+        "Refused": {
+            "type": "object",
+            "required": ["error", "reason"],
+            "properties": {"error": string, "reason": string},
+        },
         "Elsewhere": {
             "type": "object",
             "description": "Worker URL → partitions it holds, as Faust's partition assignor last saw them",
@@ -397,7 +447,8 @@ def _schemas() -> Json:
     }
 
 
-def spec() -> Json:
+def spec(partitions: int) -> Json:
+    """The document for a worker whose topics have ``partitions`` partitions."""
     return {
         "openapi": "3.0.3",
         "info": {
@@ -409,7 +460,7 @@ def spec() -> Json:
             "TIMERS_ADMIN_READ_TOKEN or TIMERS_ADMIN_TOKEN (unless TIMERS_ADMIN_OPEN_READS=1); "
             "cancel and reschedule need TIMERS_ADMIN_TOKEN. Times: epoch ms (`*_ms`) or seconds (`*_s`).",
         },
-        "paths": _paths(),
+        "paths": _paths(partitions),
         "components": {
             "schemas": _schemas(),
             "securitySchemes": {"bearer": {"type": "http", "scheme": "bearer"}},

@@ -1,7 +1,9 @@
 """Validation of admin API input: every bad value becomes an :class:`ApiError` with a 4xx status.
 
 Pure functions over plain strings and mappings, so they are tested without a server.
-Times are epoch milliseconds (``*_ms``) or seconds (``*_s``), as the names say.
+Times are epoch milliseconds (``*_ms``) or seconds (``*_s``), as the names say. What each
+accepts is what ``openapi.py`` states: a query parameter given is a value of its schema (an
+empty one is no integer, no enum member), and a route takes no parameter it does not list.
 """
 
 from __future__ import annotations
@@ -11,18 +13,30 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+from futures.ingress.base import MAX_DUE_MS
 from futures.worker.table import table_key
-from ktimers.wire import MAX_ID_BYTES
+from ktimers.deadletter import short
 
-#: Largest due time a timer can have (``Future.due_ms`` is an int64).
-MAX_DUE_MS = 2**63 - 1
+#: The end of every range of due times (exclusive): just after the latest due time the
+#: ingest accepts (``MAX_DUE_MS``, the end of year 9999).
+END_MS = MAX_DUE_MS + 1
 #: Page size of listings: default and ceiling.
 DEFAULT_LIMIT = 100
 MAX_LIMIT = 1000
+#: Default page of recent firings.
+FIRINGS_LIMIT = 50
 #: A reschedule further ahead than this is refused (100 years): almost surely a unit mix-up.
 MAX_DELAY_S = 100 * 365 * 86400
 
-_INT = re.compile(r"[0-9]{1,19}")
+_INT = re.compile(r"-?[0-9]+")
+#: Digits beyond leading zeros past which an integer is out of every range here (and
+#: ``int()`` is never asked to read a megabyte of digits).
+_MAX_DIGITS = 20
+
+
+def _shown(raw: str) -> str:
+    """A value quoted in an error: its start only (a query string may be megabytes)."""
+    return repr(short(raw, 80))
 
 
 class ApiError(Exception):
@@ -36,56 +50,57 @@ class ApiError(Exception):
 
 
 def timer_id(raw: str) -> str:
+    """A timer id to look up: any non-empty text (one longer than the wire's
+    ``MAX_ID_BYTES`` is simply never pending)."""
     if not raw:
         raise ApiError(400, "the timer id is empty")
-    if len(raw.encode()) > MAX_ID_BYTES:
-        raise ApiError(400, f"the timer id is longer than {MAX_ID_BYTES} bytes")
     return raw
 
 
-def epoch_ms(query: Mapping[str, str], name: str, default: int) -> int:
-    """A non-negative integer of epoch milliseconds from the query string."""
+def only(query: Mapping[str, str], names: tuple[str, ...]) -> None:
+    """Refuse a query parameter the route does not take: a misspelt one would be ignored."""
+    unknown = sorted(set(query) - set(names))
+    if unknown:
+        takes = f"it takes {', '.join(names)}" if names else "it takes none"
+        raise ApiError(400, f"unknown query parameter(s) {', '.join(map(_shown, unknown))}: {takes}")
+
+
+def integer(query: Mapping[str, str], name: str, low: int, high: int, what: str = "an integer") -> int | None:
+    """The integer ``name`` in ``low..high`` from the query string; None when absent."""
     raw = query.get(name)
-    if raw is None or raw == "":
-        return default
-    if not _INT.fullmatch(raw) or int(raw) > MAX_DUE_MS:
-        raise ApiError(400, f"{name}={raw!r}: expected epoch milliseconds, an integer from 0 to {MAX_DUE_MS}")
-    return int(raw)
+    if raw is None:
+        return None
+    value = int(raw) if _INT.fullmatch(raw) and len(raw.lstrip("-0")) <= _MAX_DIGITS else None
+    if value is None or not low <= value <= high:
+        raise ApiError(400, f"{name}={_shown(raw)}: expected {what} from {low} to {high}")
+    return value
+
+
+def epoch_ms(query: Mapping[str, str], name: str, default: int) -> int:
+    """A bound of a range of due times (epoch milliseconds) from the query string."""
+    value = integer(query, name, 0, END_MS, "epoch milliseconds, an integer")
+    return default if value is None else value
 
 
 def limit(query: Mapping[str, str], default: int = DEFAULT_LIMIT, ceiling: int = MAX_LIMIT) -> int:
-    raw = query.get("limit")
-    if raw is None or raw == "":
-        return default
-    if not _INT.fullmatch(raw) or not 1 <= int(raw) <= ceiling:
-        raise ApiError(400, f"limit={raw!r}: expected an integer from 1 to {ceiling}")
-    return int(raw)
+    value = integer(query, "limit", 1, ceiling)
+    return default if value is None else value
 
 
 def partition(query: Mapping[str, str], partitions: int) -> int | None:
-    raw = query.get("partition")
-    if raw is None or raw == "":
-        return None
-    if not _INT.fullmatch(raw) or int(raw) >= partitions:
-        raise ApiError(400, f"partition={raw!r}: expected an integer from 0 to {partitions - 1}")
-    return int(raw)
+    return integer(query, "partition", 0, partitions - 1)
 
 
 def flag(query: Mapping[str, str], name: str) -> bool:
-    """A yes/no query parameter: ``1``/``true`` or ``0``/``false``; absent or empty is no."""
-    raw = query.get(name) or "0"
-    if raw.lower() in ("1", "true"):
-        return True
-    if raw.lower() in ("0", "false"):
-        return False
-    raise ApiError(400, f"{name}={raw!r}: expected 1 or 0 (true or false)")
+    """A yes/no query parameter: ``1`` or ``0``; absent is no."""
+    return integer(query, name, 0, 1, "1 or 0, an integer") == 1
 
 
 def choice(query: Mapping[str, str], name: str, choices: tuple[str, ...]) -> str:
     """One of ``choices``; the first is the default."""
-    raw = query.get(name) or choices[0]
+    raw = query.get(name, choices[0])
     if raw not in choices:
-        raise ApiError(400, f"{name}={raw!r}: expected one of {', '.join(choices)}")
+        raise ApiError(400, f"{name}={_shown(raw)}: expected one of {', '.join(choices)}")
     return raw
 
 
@@ -108,14 +123,20 @@ class Cursor:
         return table_key(self.due_ms, self.timer_id)
 
 
+#: What a cursor looks like (the schema's ``pattern``): a due time, ``:``, an id. Any such
+#: text only positions the scan, so nothing more is asked of it.
+CURSOR_PATTERN = r"^[0-9]{1,15}:[\s\S]+$"
+_CURSOR = re.compile(CURSOR_PATTERN)
+
+
 def cursor(query: Mapping[str, str]) -> Cursor | None:
     raw = query.get("after")
-    if raw is None or raw == "":
+    if raw is None:
         return None
-    due, sep, ident = raw.partition(":")
-    if not sep or not ident or not _INT.fullmatch(due) or int(due) > MAX_DUE_MS:
-        raise ApiError(400, f"after={raw!r}: pass the 'next' value of the previous page unchanged")
-    return Cursor(int(due), timer_id(ident))
+    if not _CURSOR.fullmatch(raw):
+        raise ApiError(400, f"after={_shown(raw)}: pass the 'next' value of the previous page unchanged")
+    due, _, ident = raw.partition(":")
+    return Cursor(int(due), ident)
 
 
 @dataclass(frozen=True)

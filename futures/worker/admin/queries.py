@@ -15,7 +15,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from futures.worker.admin.params import MAX_DUE_MS, Cursor
+from futures.worker.admin.params import END_MS, Cursor
 from futures.worker.status import PartitionTicks, WorkerStatus
 from futures.worker.table import DueTimer, PartitionTimers
 from ktimers.recurrence import RecurrenceError, ordinal_of, series_of
@@ -159,7 +159,7 @@ def list_range(
 
 
 def next_due_ms(tables: Mapping[int, PartitionTimers]) -> int | None:
-    firsts = [due.due_ms for table in tables.values() for due in table.iter_range(0, MAX_DUE_MS, limit=1)]
+    firsts = [due.due_ms for table in tables.values() for due in table.iter_range(0, END_MS, limit=1)]
     return min(firsts, default=None)
 
 

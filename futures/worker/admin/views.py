@@ -29,8 +29,8 @@ import faust
 from faust.web import View
 
 from futures.worker.admin import openapi, params, queries
-from futures.worker.admin.actions import TimerActions
-from futures.worker.admin.params import ApiError
+from futures.worker.admin.actions import Refused, TimerActions
+from futures.worker.admin.params import FIRINGS_LIMIT, ApiError
 from futures.worker.admin.queries import Holding, Json
 from futures.worker.config import WorkerConfig
 from futures.worker.status import WorkerStatus
@@ -154,9 +154,7 @@ class AdminApi:
     def timers(self, query: dict[str, str]) -> Json:
         holding = self.holding()
         from_ms = params.epoch_ms(query, "from_ms", 0)
-        to_ms = params.epoch_ms(query, "to_ms", params.MAX_DUE_MS)
-        if to_ms < from_ms:
-            raise ApiError(400, f"to_ms={to_ms} is before from_ms={from_ms}")
+        to_ms = params.epoch_ms(query, "to_ms", params.END_MS)
         limit = params.limit(query)
         after = params.cursor(query)
         tables = holding.tables
@@ -180,7 +178,7 @@ class AdminApi:
         }
 
     def firings(self, query: dict[str, str]) -> Json:
-        return {"firings": queries.firings_json(self.status, params.limit(query, default=50))}
+        return {"firings": queries.firings_json(self.status, params.limit(query, default=FIRINGS_LIMIT))}
 
     def timeline(self, query: dict[str, str]) -> Json:
         window = params.choice(query, "window", tuple(queries.TIMELINE_WINDOWS))
@@ -234,12 +232,14 @@ class AdminApi:
         }
 
     async def reschedule(self, raw_id: str, body: object) -> Json:
-        due = params.reschedule_body(body, self.status.now_ms())
+        now_ms = self.status.now_ms()
+        due = params.reschedule_body(body, now_ms)
         located = self._find(self.holding(), raw_id)
         try:
-            await self.actions.reschedule(located.timer, located.partition, due.due_ms)
-        except ValueError as exc:
-            raise ApiError(409, f"this timer cannot be sent again as stored: {exc}") from exc
+            await self.actions.reschedule(located.timer, located.partition, due.due_ms, now_ms)
+        except Refused as exc:
+            refused = f"not sent: the worker would refuse this timer due at {due.due_ms}"
+            raise ApiError(409, f"{refused} ({exc.reason}: {exc.detail})", reason=exc.reason) from exc
         return {
             "id": located.due.timer_id,
             "partition": located.partition,
@@ -290,10 +290,19 @@ def register_admin(
 ) -> AdminApi:
     """Add the admin API (``/api/...``) and page (``/admin/``) to the worker's web server."""
     api = AdminApi(app, config, store, status, actions)
-    spec = openapi.spec()
+    spec = openapi.spec(config.common.topics.partitions)
 
-    def read(path: str, answer: Callable[[Any, dict[str, str]], Json], timers: bool = False) -> None:
-        """A GET view answering ``answer(request, path parameters)``; ``timers``: it shows
+    def query_of(request: Any, path: str, method: str) -> dict[str, str]:
+        """The query of a request to ``path``: only the parameters its operation lists."""
+        query = _query(request)
+        operation = spec["paths"][path][method]
+        params.only(query, tuple(p["name"] for p in operation.get("parameters", ()) if p["in"] == "query"))
+        return query
+
+    Answer = Callable[[dict[str, str], dict[str, str]], Json]
+
+    def read(path: str, answer: Answer, timers: bool = False) -> None:
+        """A GET view answering ``answer(query, path parameters)``; ``timers``: it shows
         timers themselves, so it takes a token that reads (see ``AdminApi.authorize_read``)."""
 
         class Read(View):
@@ -301,29 +310,26 @@ def register_admin(
                 async def run() -> Result:
                     if timers:
                         api.authorize_read(request.headers.get("Authorization"))
-                    return 200, answer(request, match)
+                    return 200, answer(query_of(request, path, "get"), match)
 
                 return await _answer(self.web, run)
 
         app.page(path, name=f"admin-api{path}")(Read)
 
-    read("/api/openapi.json", lambda request, match: spec)
-    read("/api/stats", lambda request, match: api.stats())
-    read("/api/partitions", lambda request, match: api.partitions())
-    read("/api/timeline", lambda request, match: api.timeline(_query(request)))
-    read("/api/timers", lambda request, match: api.timers(_query(request)), timers=True)
-    read(
-        "/api/timers/{timer_id}",
-        lambda request, match: api.timer(match["timer_id"], _query(request)),
-        timers=True,
-    )
-    read("/api/firings", lambda request, match: api.firings(_query(request)), timers=True)
+    read("/api/openapi.json", lambda query, match: spec)
+    read("/api/stats", lambda query, match: api.stats())
+    read("/api/partitions", lambda query, match: api.partitions())
+    read("/api/timeline", lambda query, match: api.timeline(query))
+    read("/api/timers", lambda query, match: api.timers(query), timers=True)
+    read("/api/timers/{timer_id}", lambda query, match: api.timer(match["timer_id"], query), timers=True)
+    read("/api/firings", lambda query, match: api.firings(query), timers=True)
 
     @app.page("/api/timers/{timer_id}/cancel", name="admin_cancel")
     class Cancel(View):
         async def post(self, request: Any, timer_id: str) -> Any:
             async def run() -> Result:
                 api.authorize(request.headers.get("Authorization"))
+                query_of(request, "/api/timers/{timer_id}/cancel", "post")
                 return 202, await api.cancel(timer_id)
 
             return await _answer(self.web, run)
@@ -333,6 +339,7 @@ def register_admin(
         async def post(self, request: Any, timer_id: str) -> Any:
             async def run() -> Result:
                 api.authorize(request.headers.get("Authorization"))
+                query_of(request, "/api/timers/{timer_id}/reschedule", "post")
                 return 202, await api.reschedule(timer_id, await _json_body(request))
 
             return await _answer(self.web, run)

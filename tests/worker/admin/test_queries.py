@@ -2,12 +2,17 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import re
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
+from typing import Any
 
+import jsonschema
 import pytest
+from hypothesis import example, given
+from hypothesis import strategies as st
 
-from futures.worker.admin import params, queries
+from futures.worker.admin import openapi, params, queries
 from futures.worker.admin.params import ApiError, Cursor
 from futures.worker.status import PartitionTicks
 from futures.worker.table import PartitionTimers, progress_record, table_key
@@ -168,3 +173,70 @@ def test_a_recurring_timer_shows_its_series_and_the_occurrence_after_the_pending
     located = queries.find(tables, "daily")
     assert located is not None and queries.detail_json(located)["series"]["following_due_ms"] is None
     assert "series" not in queries.summary_json(located)
+
+
+PARTITIONS = 4
+#: Each query parameter of the API, read as its handler reads it.
+READERS: dict[str, Callable[[Mapping[str, str]], object]] = {
+    "from_ms": lambda query: params.epoch_ms(query, "from_ms", 0),
+    "to_ms": lambda query: params.epoch_ms(query, "to_ms", params.END_MS),
+    "limit": params.limit,
+    "after": params.cursor,
+    "partition": lambda query: params.partition(query, PARTITIONS),
+    "payload": lambda query: params.flag(query, "payload"),
+    "window": lambda query: params.choice(query, "window", tuple(queries.TIMELINE_WINDOWS)),
+}
+
+
+def _query_schemas() -> list[tuple[str, dict[str, Any]]]:
+    found = {}
+    for operations in openapi.spec(PARTITIONS)["paths"].values():
+        for operation in operations.values():
+            for parameter in operation.get("parameters", ()):
+                if parameter["in"] == "query":
+                    found[parameter["name"]] = parameter["schema"]
+    return sorted(found.items())
+
+
+def _admitted(schema: dict[str, Any], raw: str) -> bool:
+    """Whether the document admits query value ``raw``: an integer parameter's text is a
+    decimal integer whose value the schema admits, a string parameter's text is the value."""
+    if schema["type"] == "integer":
+        if not re.fullmatch(r"-?[0-9]+", raw):
+            return False
+        # Beyond 30 digits, any integer is out of every range here (and int() reads 4,300 at most).
+        huge = len(raw.lstrip("-0")) > 30
+        value: object = (-1 if raw.startswith("-") else 1) * 10**31 if huge else int(raw)
+    else:
+        value = raw
+    checker = jsonschema.Draft4Validator(schema, format_checker=None)
+    return checker.is_valid(value)
+
+
+QUERY_SCHEMAS = _query_schemas()
+VALUES = st.one_of(
+    st.text(max_size=24),
+    st.integers(min_value=-(2**70), max_value=2**70).map(str),
+    st.sampled_from(["", "0", "1", "-0", "007", "true", "hour", "day", "5:id", "5:", ":id", "1:\n"]),
+    st.builds(lambda due, ident: f"{due}:{ident}", st.integers(0, 10**16), st.text(max_size=8)),
+)
+
+
+def test_every_query_parameter_has_a_reader() -> None:
+    assert sorted(READERS) == [name for name, _ in QUERY_SCHEMAS]
+
+
+@pytest.mark.parametrize(("name", "schema"), QUERY_SCHEMAS, ids=[name for name, _ in QUERY_SCHEMAS])
+@given(raw=VALUES)
+@example(raw="")
+@example(raw="9" * 5000)
+def test_a_query_value_is_taken_exactly_when_the_document_admits_it(
+    name: str, schema: dict[str, Any], raw: str
+) -> None:
+    try:
+        READERS[name]({name: raw})
+    except ApiError as refused:
+        assert refused.status == 400 and name in refused.message
+        assert not _admitted(schema, raw), f"{name}={raw!r} is admitted by {schema} but refused"
+    else:
+        assert _admitted(schema, raw), f"{name}={raw!r} is taken but {schema} refuses it"
