@@ -2,17 +2,27 @@
 # compiled modules: read by the worker's prepare.pyx (stored timers) and future_columns.pyx
 # (requests), written by the latter and the client's request_wire.pyx (requests).
 # Inline functions over a buffer and a position; each reader returns -1 where protobuf would
-# refuse the bytes, and leaves it to its caller to say so.
+# refuse the bytes, and leaves it to its caller to say so. What protobuf refuses is what its
+# Python parser (upb) refuses: a varint of more than ten bytes; a tag or a length of more
+# than five, a tag past 32 bits, a length from 2**31 - 1; field number 0; wire types 6 and 7;
+# a truncated field; an end-group that closes no group, or another field's; messages and
+# groups nested more than MAX_DEPTH levels deep. A group is an unknown field like any other.
+# Each reader is fuzzed against protobuf's parser: tests/worker/test_prepare.py,
+# tests/worker/test_columns.py.
 
-from libc.stdint cimport uint64_t
+from libc.stdint cimport uint32_t, uint64_t
 from libc.string cimport memcpy
 
 cdef enum:
     VARINT = 0
     I64 = 1
     LEN = 2
+    START_GROUP = 3
+    END_GROUP = 4
     I32 = 5
-    MAX_FIELD_NUMBER = 536870911  # 2**29 - 1
+    # Protobuf's nesting limit: a message or a group may lie this many levels below the message
+    # parsed, no deeper (upb's kUpb_WireFormat_DefaultDepthLimit, which Python's parser uses).
+    MAX_DEPTH = 100
 
 # The field numbers read, of proto/timers.proto.
 cdef enum:
@@ -36,7 +46,8 @@ cdef enum:
 
 
 cdef inline int read_varint(const unsigned char* buf, Py_ssize_t* at, Py_ssize_t end, uint64_t* out) noexcept nogil:
-    """The varint at ``at`` into ``out``, ``at`` moved past it: 0, or -1 (truncated, over ten bytes)."""
+    """The varint at ``at`` into ``out``, ``at`` moved past it: 0, or -1 (truncated, over ten
+    bytes). What a tenth byte holds past the 64th bit is dropped, as protobuf drops it."""
     cdef uint64_t result = 0
     cdef int shift = 0
     cdef Py_ssize_t i = at[0]
@@ -46,8 +57,6 @@ cdef inline int read_varint(const unsigned char* buf, Py_ssize_t* at, Py_ssize_t
             return -1
         byte = buf[i]
         i += 1
-        if shift == 63 and byte > 1:
-            return -1  # a tenth byte holding more than the 64th bit
         result |= (<uint64_t>(byte & 0x7F)) << shift
         shift += 7
         if not byte & 0x80:
@@ -58,26 +67,31 @@ cdef inline int read_varint(const unsigned char* buf, Py_ssize_t* at, Py_ssize_t
 
 
 cdef inline Py_ssize_t read_length(const unsigned char* buf, Py_ssize_t* at, Py_ssize_t end) noexcept nogil:
-    """A length-delimited field's length, or -1 if it runs past ``end``."""
+    """A length-delimited field's length, or -1: it runs past ``end``, or its varint is longer
+    than five bytes or its value 2**31 - 1 or more, which protobuf refuses."""
     cdef uint64_t n
-    if read_varint(buf, at, end, &n) < 0 or n > <uint64_t>(end - at[0]):
+    cdef Py_ssize_t start = at[0]
+    if read_varint(buf, at, end, &n) < 0 or at[0] - start > 5 or n >= 0x7FFFFFFF or n > <uint64_t>(end - at[0]):
         return -1
     return <Py_ssize_t>n
 
 
 cdef inline int read_tag(const unsigned char* buf, Py_ssize_t* at, Py_ssize_t end, uint64_t* field) noexcept nogil:
-    """The next field's number into ``field``; its wire type, or -1."""
+    """The next field's number into ``field``; its wire type (0-5), or -1: a tag of more than
+    five bytes or 32 bits, field number 0, wire types 6 and 7."""
     cdef uint64_t tag
-    if read_varint(buf, at, end, &tag) < 0:
+    cdef Py_ssize_t start = at[0]
+    if read_varint(buf, at, end, &tag) < 0 or at[0] - start > 5 or tag >> 32:
         return -1
     field[0] = tag >> 3
-    if field[0] == 0 or field[0] > MAX_FIELD_NUMBER:
+    if field[0] == 0 or (tag & 7) > I32:
         return -1
     return <int>(tag & 7)
 
 
-cdef inline int skip_field(const unsigned char* buf, Py_ssize_t* at, Py_ssize_t end, int wire) noexcept nogil:
-    """``at`` moved past a field's value: 0, or -1 (truncated, or a group: no message of ours has one)."""
+cdef inline int skip_value(const unsigned char* buf, Py_ssize_t* at, Py_ssize_t end, int wire) noexcept nogil:
+    """``at`` moved past a value of a wire type other than the groups': 0, or -1 (truncated,
+    or a group's)."""
     cdef uint64_t ignored
     cdef Py_ssize_t size
     if wire == VARINT:
@@ -95,6 +109,41 @@ cdef inline int skip_field(const unsigned char* buf, Py_ssize_t* at, Py_ssize_t 
     if size > end - at[0]:
         return -1
     at[0] += size
+    return 0
+
+
+cdef inline int skip_field(const unsigned char* buf, Py_ssize_t* at, Py_ssize_t end, int wire, uint64_t field, int depth) noexcept nogil:
+    """``at`` moved past the value of field ``field`` (wire type ``wire``) of a message ``depth``
+    levels below the one parsed (0: that one): 0, or -1 (truncated, an end-group, which closes
+    no group of the message, or a group unclosed, closed by another field's end-group or nested
+    past MAX_DEPTH).
+
+    A group runs to the end-group of its own field number; groups nest, each a level deeper.
+    No message of ours has one: it is an unknown field, skipped as protobuf skips it."""
+    cdef uint32_t open_groups[MAX_DEPTH]
+    cdef int count
+    cdef uint64_t inner
+    if wire != START_GROUP:
+        return skip_value(buf, at, end, wire)
+    if depth >= MAX_DEPTH:
+        return -1
+    open_groups[0] = <uint32_t>field
+    count = 1
+    while count > 0:
+        wire = read_tag(buf, at, end, &inner)
+        if wire < 0:
+            return -1
+        if wire == END_GROUP:
+            if inner != open_groups[count - 1]:
+                return -1
+            count -= 1
+        elif wire == START_GROUP:
+            if depth + count >= MAX_DEPTH:
+                return -1
+            open_groups[count] = <uint32_t>inner
+            count += 1
+        elif skip_value(buf, at, end, wire) < 0:
+            return -1
     return 0
 
 

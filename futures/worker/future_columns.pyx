@@ -12,8 +12,11 @@ one as a field appended to its ``Future`` (the last value of a field wins). They
 the ``StoredTimer`` the general parser builds (tests/worker/test_columns.py).
 
 It reads only what it can vouch for: a timer without ``due_ms``, a recurring one, a known
-field with another wire type, a group, a truncated field, text that is not UTF-8 — anything
-protobuf might read otherwise or refuse — and the record is left to the general parser (None).
+field with another wire type, anything protobuf refuses (``ktimers/protowire.pxd``: a
+truncated field, text that is not UTF-8 …) — and the record is left to the general parser
+(None). Unknown fields of every wire type, groups among them, are skipped and stored with the
+timer as protobuf keeps them. A ``Future`` is read at the depth its ``StoredTimer`` holds it
+(one level down), so what it stores nests no deeper than protobuf reads back.
 """
 
 from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize, PyBytes_GET_SIZE
@@ -44,7 +47,7 @@ cdef struct Read:
     int64_t due_ms
 
 
-cdef int _header(const unsigned char* buf, Py_ssize_t at, Py_ssize_t end) noexcept nogil:
+cdef int _header(const unsigned char* buf, Py_ssize_t at, Py_ssize_t end, int depth) noexcept nogil:
     cdef uint64_t field
     cdef int wire
     cdef Py_ssize_t size
@@ -59,13 +62,14 @@ cdef int _header(const unsigned char* buf, Py_ssize_t at, Py_ssize_t end) noexce
             if size < 0 or (field == HEADER_KEY and not is_utf8(buf + at, size)):
                 return -1
             at += size
-        elif skip_field(buf, &at, end, wire) < 0:
+        elif skip_field(buf, &at, end, wire, field, depth) < 0:
             return -1
     return 0
 
 
 cdef int _future(const unsigned char* buf, Py_ssize_t at, Py_ssize_t end, Read* read) noexcept nogil:
-    """Read the ``Future`` in ``buf[at:end]``: 0, or -1 where it is not this path's."""
+    """Read the ``Future`` in ``buf[at:end]``: 0, or -1 where it is not this path's. Its depth
+    is its ``StoredTimer``'s field's (1), whether it is a record's value or a batch's element."""
     cdef uint64_t field, number = 0
     cdef int wire
     cdef Py_ssize_t size
@@ -88,7 +92,7 @@ cdef int _future(const unsigned char* buf, Py_ssize_t at, Py_ssize_t end, Read* 
             if size < 0:
                 return -1
             if field == FUTURE_HEADERS:
-                if _header(buf, at, at + size) < 0:
+                if _header(buf, at, at + size, 2) < 0:
                     return -1
             elif field != FUTURE_VALUE and not is_utf8(buf + at, size):
                 return -1
@@ -99,7 +103,7 @@ cdef int _future(const unsigned char* buf, Py_ssize_t at, Py_ssize_t end, Read* 
             at += size
         elif field == FUTURE_RECURRENCE:
             return -1  # a series: its recurrence is checked on the general path
-        elif skip_field(buf, &at, end, wire) < 0:
+        elif skip_field(buf, &at, end, wire, field, 1) < 0:
             return -1
     return 0
 
@@ -193,7 +197,7 @@ cdef class _Columns:
                 if wire < 0:
                     return -1
                 if field != BATCH_FUTURES:
-                    if skip_field(buf, &at, end, wire) < 0:
+                    if skip_field(buf, &at, end, wire, field, 0) < 0:
                         return -1
                     continue
                 if wire != LEN:

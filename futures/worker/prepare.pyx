@@ -11,12 +11,15 @@ access. This reads the protobuf wire format straight into the
 * fields in any order; a singular field given more than once: the last wins; an embedded
   message given more than once (the ``Future``, its ``Recurrence``): merged; repeated
   headers: each occurrence one more header;
-* unknown fields, and known ones with another wire type, skipped;
+* unknown fields of every wire type (groups too: no message of ours has one), and known
+  fields with another wire type, skipped;
 * strings are checked to be UTF-8, as protobuf checks them.
 
-Anything else — a truncated field, a length past the end, a varint of more than 64 bits,
-field number 0, a group (no message of ours has one), text that is not UTF-8 — raises
-``google.protobuf.message.DecodeError``, as parsing the message with protobuf would.
+What protobuf refuses (``ktimers/protowire.pxd`` lists it: a truncated field, a length past
+the end, a varint of more than ten bytes, field number 0, an unmatched end-group, text that
+is not UTF-8 …) raises ``google.protobuf.message.DecodeError``, as parsing the message with
+protobuf would; ``tests/worker/test_prepare.py`` checks both against any bytes. The fire path
+dead-letters a timer whose bytes are refused (:mod:`futures.worker.firing`).
 """
 
 from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize, PyBytes_GET_SIZE
@@ -134,8 +137,10 @@ cdef int _skip_text(const unsigned char* buf, Py_ssize_t* at, Py_ssize_t end) ex
     return 0
 
 
-cdef int _skip(const unsigned char* buf, Py_ssize_t* at, Py_ssize_t end, int wire) except -1:
-    if skip_field(buf, at, end, wire) < 0:
+cdef int _skip(
+    const unsigned char* buf, Py_ssize_t* at, Py_ssize_t end, int wire, uint64_t field, int depth
+) except -1:
+    if skip_field(buf, at, end, wire, field, depth) < 0:
         _refuse()
     return 0
 
@@ -156,7 +161,7 @@ cdef int _header(const unsigned char* buf, Py_ssize_t at, Py_ssize_t end, _Field
                 value = _raw(buf, at, size)
             at += size
         else:
-            _skip(buf, &at, end, wire)
+            _skip(buf, &at, end, wire, field, 2)
     if fields.headers is None:
         fields.headers = []
     fields.headers.append((name, value))
@@ -174,7 +179,7 @@ cdef int _recurrence(const unsigned char* buf, Py_ssize_t at, Py_ssize_t end, _F
         elif wire == LEN and (field == RECURRENCE_CRON or field == RECURRENCE_TIME_ZONE):
             _skip_text(buf, &at, end)
         else:
-            _skip(buf, &at, end, wire)
+            _skip(buf, &at, end, wire, field, 2)
     return 0
 
 
@@ -205,7 +210,7 @@ cdef int _future(const unsigned char* buf, Py_ssize_t at, Py_ssize_t end, _Field
         elif wire == VARINT and field == FUTURE_DUE_MS:
             fields.due_ms = _int64(buf, &at, end)
         else:
-            _skip(buf, &at, end, wire)
+            _skip(buf, &at, end, wire, field, 1)
     return 0
 
 
@@ -231,7 +236,7 @@ def prepare(bytes key, int partition, bytes stored not None):
         elif wire == LEN and field == STORED_SOURCE_TOPIC:
             _skip_text(buf, &at, end)
         else:
-            _skip(buf, &at, end, wire)
+            _skip(buf, &at, end, wire, field, 0)
     own = () if fields.headers is None else tuple(fields.headers)
     if fields.series:
         occurrence = fields.ordinal if fields.ordinal > 1 else 1

@@ -36,7 +36,7 @@ from ktimers.wire import (
     Recurrence,
     StoredTimer,
 )
-from tests.protobuf_bytes import varint
+from tests.protobuf_bytes import nested_groups, unknown_fields, varint, wire_soup
 
 NOW_MS = 1_795_000_000_000
 TOPICS = TopicsConfig()
@@ -86,19 +86,9 @@ def futures(draw: st.DrawFn) -> Future:
     return future
 
 
-# Fields no message of ours has (numbers 9..100, any wire type but groups), as clients of newer schemas send.
-unknown = st.lists(
-    st.one_of(
-        st.tuples(st.integers(9, 100), st.integers(0, 2**64 - 1)).map(
-            lambda f: varint(f[0] << 3) + varint(f[1])
-        ),
-        st.tuples(st.integers(9, 100), st.binary(max_size=6)).map(
-            lambda f: varint(f[0] << 3 | 2) + varint(len(f[1])) + f[1]
-        ),
-        st.integers(9, 100).map(lambda n: varint(n << 3 | 5) + b"\x01\x02\x03\x04"),
-    ),
-    max_size=2,
-).map(b"".join)
+# Fields no message of ours has, of every wire type (groups nested, varints of ten bytes), as
+# clients of newer schemas, or of other languages, send.
+unknown = unknown_fields(st.integers(9, 2**29 - 1), max_size=2)
 # A Future's bytes as a client other than ours may write them: merged from two, among unknown fields.
 noisy = st.tuples(
     unknown, futures(), st.one_of(st.just(b""), futures().map(Future.SerializeToString)), unknown
@@ -121,6 +111,7 @@ sent = st.one_of(
             batches,
             ids.map(lambda i: Cancel(id=i).SerializeToString()),
             st.binary(max_size=16),
+            wire_soup(),
             st.just(b"\x00\x00\x00\x00\x01\x00"),  # Schema Registry framing
             st.none(),
         ),
@@ -318,3 +309,50 @@ def test_a_recurring_timer_is_left_to_the_parser_which_the_worker_checks_it_afte
         (FutureBatch(futures=[plain, series]).SerializeToString(), ((KIND_HEADER, KIND_BATCH),)),
     ):
         assert decode(SourceRecord(TOPICS.request, 1, 5, None, value, headers), context) is None
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    timers=st.lists(
+        st.tuples(unknown, st.text(max_size=8), st.binary(max_size=8), unknown), min_size=1, max_size=3
+    ),
+    between=unknown,
+    batch=st.booleans(),
+)
+def test_valid_timers_among_unknown_fields_of_every_wire_type_are_read_as_protobuf_reads_them(
+    timers: list[tuple[bytes, str, bytes, bytes]], between: bytes, batch: bool
+) -> None:
+    """Protobuf reads them (and keeps their unknown fields): so does this path, which stores
+    each timer with them, as the parser would."""
+    values = [
+        before
+        + Future(id=i, due_ms=NOW_MS + 5, callBackTopic="orders", callBack=p).SerializeToString()
+        + after
+        for before, i, p, after in timers
+    ]
+    if batch:
+        value = b"".join(between + b"\n" + varint(len(v)) + v for v in values) + between
+        records = [SourceRecord(TOPICS.request, 1, 5, None, value, ((KIND_HEADER, KIND_BATCH),), NOW_MS)]
+    else:
+        records = [SourceRecord(TOPICS.request, 1, 5 + n, None, v, (), NOW_MS) for n, v in enumerate(values)]
+    parser = RequestParser(ParseLimits.permissive(TOPICS), NOW_MS)
+    decoder = Decoder(parser.context)
+    read, taken = decoder.decode_run(records, 1000)
+
+    assert read is not None and taken == len(records)
+    schedules = [r for record in records for r in parser.parse(record) if isinstance(r, Schedule)]
+    assert read.ids == [s.timer_id for s in schedules]
+    assert [StoredTimer.FromString(stored) for stored in read.stored] == [s.timer for s in schedules]
+
+
+def test_groups_nested_as_deep_as_protobuf_reads_them_in_a_stored_timer_are_read() -> None:
+    """A record's Future is stored a level down, in its StoredTimer: groups nested deeper than
+    protobuf would read there are left to the parser."""
+    context = RequestParser(ParseLimits.permissive(TOPICS), NOW_MS).context
+    future = Future(id="a", due_ms=NOW_MS, callBackTopic="orders").SerializeToString()
+    for depth, read in ((99, True), (100, False)):
+        value = future + nested_groups(depth)
+        timers = decode(SourceRecord(TOPICS.request, 1, 5, None, value, ()), context)
+        assert (timers is not None) == read
+        if timers is not None:
+            assert StoredTimer.FromString(timers.stored[0]).future == Future.FromString(value)

@@ -28,7 +28,7 @@ from futures.worker.kafka import Deliveries
 from futures.worker.prepare import prepare
 from futures.worker.table import table_key
 from ktimers.wire import Future, Header, Recurrence, StoredTimer, callback_headers, ordinal_of
-from tests.protobuf_bytes import varint
+from tests.protobuf_bytes import field_numbers, nested_groups, tag, unknown_fields, varint, wire_soup
 
 _FIRED = b"1700000000999"
 _INT64 = st.integers(-(2**63), 2**63 - 1)
@@ -111,38 +111,119 @@ def test_fields_given_twice_read_as_protobuf_merges_them(first: StoredTimer, sec
     assert prepare(b"k", 0, stored) == _expected(b"k", 0, merged)
 
 
-@given(timer=_timers, unknown=st.lists(st.tuples(st.integers(9, 2000), st.binary(max_size=10)), max_size=4))
-def test_unknown_fields_are_skipped(timer: StoredTimer, unknown: list[tuple[int, bytes]]) -> None:
-    extra = b"".join(
-        varint(number << 3 | 2) + varint(len(value)) + value for number, value in unknown
-    )  # length-delimited fields no message of ours has
-    stored = extra + timer.SerializeToString() + extra
+# Fields no message of ours has, of every wire type (groups nested, varints of ten bytes).
+_unknown = unknown_fields(st.integers(9, 2**29 - 1))
+
+
+def _len_field(number: int, value: bytes) -> bytes:
+    return tag(number, 2) + varint(len(value)) + value
+
+
+@settings(max_examples=300)
+@given(timer=_timers, unknown=st.lists(_unknown, min_size=8, max_size=8))
+@example(timer=StoredTimer(), unknown=[b"\x7b\x7c"] * 8)  # field 15 as an empty group
+@example(timer=StoredTimer(), unknown=[b"\x78" + b"\xff" * 9 + b"\x7f"] * 8)  # a varint of ten bytes
+def test_unknown_fields_of_every_wire_type_are_skipped_at_every_level(
+    timer: StoredTimer, unknown: list[bytes]
+) -> None:
+    """Protobuf keeps unknown fields (an ingest stores them with the timer): the timer's
+    callback is what protobuf reads, wherever they are."""
+    future, header, recurrence = timer.future, Header(key="h", value=b"v"), timer.future.recurrence
+    header_bytes = unknown[0] + header.SerializeToString() + unknown[1]
+    recurrence_bytes = recurrence.SerializeToString() + unknown[2]
+    future_bytes = (
+        unknown[3]
+        + future.SerializeToString()
+        + _len_field(7, header_bytes)
+        + (_len_field(8, recurrence_bytes) if future.HasField("recurrence") else b"")
+        + unknown[4]
+    )
+    rest = StoredTimer(
+        source_partition=timer.source_partition,
+        source_offset=timer.source_offset,
+        accepted_ms=timer.accepted_ms,
+        source_topic=timer.source_topic,
+    ).SerializeToString()
+    stored = unknown[5] + _len_field(1, future_bytes) + unknown[6] + rest + unknown[7]
 
     assert prepare(b"k", 0, stored) == _expected(b"k", 0, StoredTimer.FromString(stored))
+
+
+def _protobuf_reads(stored: bytes) -> StoredTimer | None:
+    try:
+        return StoredTimer.FromString(stored)
+    except DecodeError:
+        return None
+
+
+def _prepared(stored: bytes) -> Callback | None:
+    try:
+        return prepare(b"k", 0, stored)
+    except DecodeError:
+        return None
+
+
+def _assert_read_as_protobuf_reads(stored: bytes) -> None:
+    """Read exactly when protobuf reads ``stored``, and then as protobuf reads it."""
+    timer, callback = _protobuf_reads(stored), _prepared(stored)
+    assert (callback is None) == (timer is None), f"protobuf {'reads' if timer else 'refuses'} {stored!r}"
+    if timer is not None:
+        assert callback == _expected(b"k", 0, timer)
+
+
+_GROUPS_AT_THE_LIMIT = nested_groups(100)  # protobuf reads 100 levels below the message, no more
 
 
 @settings(max_examples=500)
 @given(stored=st.binary(max_size=80))
 @example(stored=b"\x0a\x05ab")  # a length past the end
 @example(stored=b"\x00")  # field number 0
-@example(stored=b"\x0b\x0c")  # a group
+@example(stored=b"\x0b\x0c")  # a group, in the place of the Future
+@example(stored=b"\x7b\x7c")  # an unknown group
+@example(stored=b"\x7b\x84\x01")  # a group closed by another field's end-group
+@example(stored=b"\x7c")  # an end-group that closes no group
+@example(stored=b"\x7b")  # a group never closed
+@example(stored=b"\x0a\x01\x7b\x7c")  # a group running past the end of its message
 @example(stored=b"\x18" + b"\xff" * 10 + b"\x01")  # a varint of eleven bytes
+@example(stored=b"\x18" + b"\x80" * 9 + b"\x7f")  # a varint of ten bytes, bits past the 64th
+@example(stored=b"\x98\x80\x80\x80\x00\x01")  # a tag of five bytes
+@example(stored=b"\x98\x80\x80\x80\x80\x00\x01")  # a tag of six
+@example(stored=b"\xf8\xff\xff\xff\x1f\x01")  # a tag past 32 bits
+@example(stored=b"\x2a\x80\x80\x80\x80\x00")  # a length of six bytes
+@example(stored=b"\x7e\x00")  # wire type 6
+@example(stored=b"\x7f\x00")  # wire type 7
+@example(stored=_GROUPS_AT_THE_LIMIT)
+@example(stored=nested_groups(101))
+@example(stored=_len_field(1, nested_groups(99)))  # the Future is a level down
+@example(stored=_len_field(1, nested_groups(100)))
+@example(stored=_len_field(1, _len_field(7, nested_groups(98))))  # a header two levels down
+@example(stored=_len_field(1, _len_field(7, nested_groups(99))))
+@example(stored=_len_field(1, _len_field(8, nested_groups(98))))  # a recurrence two levels down
+@example(stored=_len_field(1, _len_field(8, nested_groups(99))))
 @example(stored=b"\x0a\x04\x0a\x02\xc3\x28")  # a callback topic that is not UTF-8
 @example(stored=b"\x0a\x04\x12\x02\xc3\x28")  # a callback key that is not UTF-8
 @example(stored=b"\x2a\x01\x80\x08\x00")  # a source topic that is not UTF-8
 @example(stored=b"\x0a\x05\x42\x03\x0a\x01\x80")  # a cron expression that is not UTF-8
 @example(stored=b"\x0a\x05\x42\x03\x12\x01\x80")  # a time zone that is not UTF-8
-def test_any_bytes_give_the_callback_protobuf_reads_or_a_decode_error(stored: bytes) -> None:
-    try:
-        callback = prepare(b"k", 0, stored)
-    except DecodeError:
-        return
-    try:
-        timer = StoredTimer.FromString(stored)
-    except DecodeError:
-        # protobuf reads some inputs that are never written (a group), and this reads nothing else.
-        pytest.fail(f"read {stored!r}, which protobuf refuses")
-    assert callback == _expected(b"k", 0, timer)
+def test_any_bytes_are_read_exactly_when_protobuf_reads_them(stored: bytes) -> None:
+    _assert_read_as_protobuf_reads(stored)
+
+
+@settings(max_examples=600)
+@given(outer=wire_soup(), future=wire_soup(), inner=wire_soup(), where=st.sampled_from([7, 8]))
+def test_bytes_near_the_wire_formats_rules_are_read_exactly_when_protobuf_reads_them(
+    outer: bytes, future: bytes, inner: bytes, where: int
+) -> None:
+    """Arbitrary bytes rarely make a group or a ten-byte varint: these are made of them, at
+    each level of a stored timer (its Future, a header or its recurrence)."""
+    _assert_read_as_protobuf_reads(outer)
+    _assert_read_as_protobuf_reads(_len_field(1, future + _len_field(where, inner)) + outer)
+
+
+@given(fields=unknown_fields(field_numbers))
+def test_fields_of_our_numbers_with_any_wire_type_are_read_as_protobuf_reads_them(fields: bytes) -> None:
+    _assert_read_as_protobuf_reads(_len_field(1, fields))
+    _assert_read_as_protobuf_reads(fields)
 
 
 def test_a_value_that_is_not_bytes_is_refused() -> None:
