@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from hypothesis import strategies as st
 
+from ktimers.wire import Future
+
 
 def varint(number: int) -> bytes:
     """``number`` (0 ≤ number < 2**64) as a protobuf varint."""
@@ -92,3 +94,35 @@ def wire_soup() -> st.SearchStrategy[bytes]:
     return st.tuples(st.lists(token, max_size=6).map(b"".join), st.integers(0, 64)).map(
         lambda parts: parts[0][: len(parts[0]) - parts[1]] if parts[1] < 8 else parts[0]
     )
+
+
+# Futures as producers of other languages or newer schemas write them, which protobuf reads:
+# unknown fields of every wire type, laid out as a writer may. Each must fire as it was sent.
+UNKNOWN_FIELDS = {
+    "group": b"\x7b\x7c",  # field 15, start-group and end-group
+    "ten-byte varint": b"\x78" + b"\xff" * 9 + b"\x7f",  # field 15, bits past the 64th
+    "padded varint": b"\x78\x81" + b"\x80" * 8 + b"\x00",  # 1, in ten bytes
+    "nested groups": group(15, group(16, b"\x08\x01" + group(17, b"")) + b"\x12\x00"),
+    "every wire type": (
+        b"\x78\x01"  # varint
+        + b"\x79" + b"\x00" * 8  # fixed 64
+        + b"\x7a\x02ab"  # length-delimited
+        + group(15, b"\x08\x01")
+        + b"\x7d" + b"\x00" * 4  # fixed 32
+    ),
+    "known numbers with other wire types": group(3, b"") + b"\x2a\x00" + b"\x0d\x00\x00\x00\x00",
+}  # fmt: skip
+
+
+def unknown_fields_future(timer_id: str, due_ms: int, extra: bytes) -> bytes:
+    """A Future with ``extra`` fields among its own, on both sides of its headers."""
+    future = Future(
+        callBackTopic="orders",
+        callBackKey=f"key-{timer_id}",
+        callBack=b"payload-" + timer_id.encode(),
+        id=timer_id,
+        due_ms=due_ms,
+        token="tok",
+    ).SerializeToString()
+    header = b"\x3a" + bytes([len(b"\x0a\x01h\x12\x01v" + extra)]) + b"\x0a\x01h\x12\x01v" + extra
+    return extra + future + header + extra

@@ -5,7 +5,12 @@
 while the worker waits for its tick (:meth:`BuiltAhead.fill`), and the tick's scan takes them
 (:meth:`BuiltAhead.take`): every fired timer passes through both, a few dozen bytecodes each
 way in the interpreter.
+
+A timer whose bytes :func:`~futures.worker.prepare.prepare` refuses is not built ahead, and
+at the tick it is handed back to the firing (``refused``), which dead-letters it alone.
 """
+
+from google.protobuf.message import DecodeError
 
 from futures.worker.context import callback_bytes
 from futures.worker.prepare import prepare
@@ -44,7 +49,10 @@ cdef class BuiltAhead:
         if ready is None:
             ready = self._ready[partition] = {}
         for key, stored in items:
-            callback = prepare(key, partition, stored)
+            try:
+                callback = prepare(key, partition, stored)
+            except DecodeError:
+                continue  # the tick's scan meets it again, and hands it back (take)
             old = ready.get(key)
             if old is None:
                 self.count += 1
@@ -54,20 +62,27 @@ cdef class BuiltAhead:
             ready[key] = (callback, stored, held)
             self.held += held
 
-    def take(self, items):
+    def take(self, items, list refused not None):
         """The callbacks of the timers ``items`` ((table key, partition, stored bytes)) as a
         tick's scan read them, one at a time: built ahead where the timer is stored exactly as
-        it was built from, else built now."""
+        it was built from, else built now. A timer whose bytes cannot be built is appended to
+        ``refused`` (as its item) instead."""
         cdef dict ready = self._ready
         cdef dict callbacks
         cdef tuple built
         for key, partition, stored in items:
             callbacks = ready.get(partition)
             built = None if callbacks is None else callbacks.pop(key, None)
-            if built is None:
-                yield prepare(key, partition, stored)
+            if built is not None:
+                callback, built_from, held = built
+                self.count -= 1
+                self.held -= held
+                if built_from == stored:
+                    yield callback
+                    continue
+            try:
+                callback = prepare(key, partition, stored)
+            except DecodeError:
+                refused.append((key, partition, stored))
                 continue
-            callback, built_from, held = built
-            self.count -= 1
-            self.held -= held
-            yield callback if built_from == stored else prepare(key, partition, stored)
+            yield callback

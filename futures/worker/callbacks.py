@@ -46,6 +46,10 @@ class Callback(NamedTuple):
     occurrence: int = 0
 
 
+#: A due timer as a scan of its table read it: (table key, partition, stored bytes).
+Item = tuple[bytes, int, bytes]
+
+
 def stored_timer(callback: Callback, stored: bytes | None) -> StoredTimer:
     """The timer ``callback`` was built from: ``stored`` (its bytes in the table), or, if the
     table no longer holds it (cancelled while its callback was on its way), what the

@@ -24,19 +24,20 @@ from __future__ import annotations
 import logging
 from collections import OrderedDict
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from confluent_kafka import KafkaError
 
 from futures.ingress.records import SourceRecord
 from futures.ingress.requests import seed_id
 from futures.worker.callback_queue import CallbackQueue
-from futures.worker.callbacks import Callback, stored_timer
+from futures.worker.callbacks import Callback, Item, stored_timer
 from futures.worker.destinations import MAX_TOPICS, TopicDirectory
 from futures.worker.fired_columns import fired_columns
 from futures.worker.kafka import Deliveries, KafkaWriter, is_permanent
 from futures.worker.metrics import WorkerMetrics
 from futures.worker.status import Firing, WorkerStatus
+from futures.worker.table import due_of_key, id_of_key
 from ktimers.config import TopicsConfig
 from ktimers.deadletter import dead_letter, short
 from ktimers.logs import ThrottledLog
@@ -68,6 +69,10 @@ Kind = TimerEvent.Kind
 EVENT_BATCH_BYTES = 512 * 1024
 
 
+#: Why a due timer is dead-lettered whose bytes in the table cannot be read (:meth:`Dispatcher.confirm`).
+UNREADABLE = "unreadable-timer"
+
+
 @dataclass
 class Sending:
     """Callbacks produced by :meth:`Dispatcher.send`, their delivery reports not yet settled."""
@@ -75,6 +80,8 @@ class Sending:
     callbacks: list[Callback]
     deliveries: Deliveries
     fired_ms: int
+    #: The piece's timers whose bytes could not be built into a callback (:meth:`Dispatcher.send`).
+    refused: list[Item] = field(default_factory=list)
 
 
 class _Scheduling:
@@ -95,7 +102,9 @@ class _Scheduling:
 class FireOutcome:
     done: list[int]  # delivered, or dead-lettered for good: delete these
     transient: list[int]  # keep, try again on the next tick
-    dead_lettered: int = 0  # of ``done``: dead-lettered, their dead letters not yet known delivered
+    dead_lettered: int = 0  # dead letters (of ``done`` and ``refused``) not yet known delivered
+    #: Timers dead-lettered because their bytes could not be built into a callback: delete these too.
+    refused: list[Item] = field(default_factory=list)
 
 
 class Dispatcher:
@@ -170,22 +179,31 @@ class Dispatcher:
 
     # -- callbacks -----------------------------------------------------------------
 
-    def send(self, callbacks: Iterable[Callback], fired_ms: int) -> Sending:
+    def send(
+        self, callbacks: Iterable[Callback], fired_ms: int, refused: list[Item] | None = None
+    ) -> Sending:
         """Produce ``callbacks`` (in firing order); :meth:`confirm` settles them once their
         delivery reports are in.
 
         ``callbacks`` may be lazy (built as they are taken): the first is on its way
-        before the last is built.
+        before the last is built. ``refused``: where building them puts the timers whose
+        bytes cannot be built (filled as ``callbacks`` are taken), dead-lettered at :meth:`confirm`.
         """
-        sending = Sending([], Deliveries(), fired_ms)
+        sending = Sending([], Deliveries(), fired_ms, [] if refused is None else refused)
         self.callbacks.put_all(callbacks, str(fired_ms).encode(), sending.deliveries, sending.callbacks)
         return sending
 
     async def confirm(self, sending: Sending) -> FireOutcome:
-        """Wait for the delivery reports of what :meth:`send` produced, then settle them."""
+        """Wait for the delivery reports of what :meth:`send` produced, then settle them; the
+        timers that could not be built are dead-lettered (:meth:`dead_letter_unreadable`)."""
         await self._writer.delivered(sending.deliveries)
         callbacks = sending.callbacks
-        return self.settle(callbacks, sending.deliveries, [sending.fired_ms] * len(callbacks))
+        outcome = self.settle(callbacks, sending.deliveries, [sending.fired_ms] * len(callbacks))
+        for item in sending.refused:
+            self.dead_letter_unreadable(*item)
+        outcome.refused = sending.refused
+        outcome.dead_lettered += len(sending.refused)
+        return outcome
 
     def settle(self, callbacks: list[Callback], deliveries: Deliveries, fired: list[int]) -> FireOutcome:
         """Count, record and dead-letter by delivery report; say which timers to delete."""
@@ -372,6 +390,28 @@ class Dispatcher:
             source_offset=timer.source_offset,
             reason=f"{reason}: {detail}",
         )
+
+    def dead_letter_unreadable(self, key: bytes, partition: int, stored: bytes) -> None:
+        """A due timer whose bytes in the table protobuf does not read (a table damaged, or
+        written by something other than a worker): no callback can ever be built from them.
+        Dead-lettered as the table holds it, so that no firing of its partition stops on it."""
+        timer_id, due_ms = id_of_key(key), due_of_key(key)
+        detail = f"the stored timer ({len(stored)} bytes) is not a StoredTimer protobuf reads"
+        self._metrics.rejected.labels(UNREADABLE).inc()
+        self._status.dead_letter(UNREADABLE)
+        self._rejections_log.error("timer %s of partition %d: %s, dead-lettered", timer_id, partition, detail)
+        ours = [
+            (H_REASON, UNREADABLE.encode()),
+            (H_ERROR, detail.encode()),
+            (H_SOURCE_TOPIC, self._topics.request.encode()),
+            (H_SOURCE_PARTITION, str(partition).encode()),
+            (H_SOURCE_OFFSET, b"-1"),
+        ]
+        key_bytes, value, headers = dead_letter(
+            timer_id.encode(), stored, (), ours, self._writer.max_record_bytes
+        )
+        self._writer.produce(self._topics.dlq, key_bytes, value, headers=headers, deliveries=self._side)
+        self.event(timer_id, Kind.REJECTED, partition, due_ms=due_ms, reason=f"{UNREADABLE}: {detail}")
 
 
 _BATCH_HEADERS = [(KIND_HEADER, KIND_BATCH)]

@@ -19,7 +19,9 @@ the worker holds stays within the budget whatever the payloads.
 
 A timer whose callback failed transiently stays in the table, and the clock moves on:
 the table's low mark (:attr:`~futures.worker.table.PartitionTimers.low_ms`) makes the
-next firing of its partition read it again. That is the one retry there is.
+next firing of its partition read it again. That is the one retry there is. A timer whose
+bytes in the table no callback can be built from (protobuf does not read them) is
+dead-lettered and deleted alone (``unreadable-timer``); the rest of its firing goes on.
 """
 
 from __future__ import annotations
@@ -32,7 +34,7 @@ from dataclasses import dataclass, field
 from itertools import chain, repeat
 from operator import itemgetter
 
-from futures.worker.callbacks import Callback
+from futures.worker.callbacks import Callback, Item
 from futures.worker.changelog import Changes, commit
 from futures.worker.context import EngineContext, piece_count
 from futures.worker.dispatch import FireOutcome, Sending
@@ -165,7 +167,8 @@ class Firing:
                 batch = sorted(chain.from_iterable(scan.take(bound) for scan in scans))
                 if batch:
                     # Built as they go out, but for those built before the tick (Lookahead).
-                    flight.append(dispatch.send(self._lookahead.take(batch), ctx.clock()))
+                    refused: list[Item] = []
+                    flight.append(dispatch.send(self._lookahead.take(batch, refused), ctx.clock(), refused))
                     if len(flight) < depth - 1:
                         continue  # the next piece goes out before this one is confirmed
                 if not flight:
@@ -208,6 +211,10 @@ class Firing:
         for partition, keys in deleted.items():
             changes[partition].fired.extend(keys)
             changes[partition].pending_delta -= len(keys)
+        # Dead-lettered as they were stored: read again, they would be refused again.
+        for key, partition, _ in outcome.refused:
+            changes[partition].fired.append(key)
+            changes[partition].pending_delta -= 1
         if outcome.transient:
             # Kept in the table: the scans here read on past them, the next firing reads them again.
             self._ctx.metrics.dispatch_retries.inc(len(outcome.transient))

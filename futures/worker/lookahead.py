@@ -19,7 +19,7 @@ import logging
 from collections.abc import Iterable, Iterator, Mapping
 
 from futures.worker.built_ahead import BuiltAhead
-from futures.worker.callbacks import Callback
+from futures.worker.callbacks import Callback, Item
 from futures.worker.context import EngineContext
 
 log = logging.getLogger(__name__)
@@ -66,10 +66,11 @@ class Lookahead:
         self._ahead.pop(partition, None)
         self._built.drop(partition)
 
-    def take(self, items: Iterable[tuple[bytes, int, bytes]]) -> Iterator[Callback]:
+    def take(self, items: Iterable[Item], refused: list[Item]) -> Iterator[Callback]:
         """The callbacks of the timers ``items`` ((table key, partition, stored bytes)) as a tick's
-        scan read them: built ahead where still valid, else built now."""
-        return self._built.take(items)
+        scan read them: built ahead where still valid, else built now; those whose bytes cannot
+        be built are appended to ``refused`` instead."""
+        return self._built.take(items, refused)
 
     async def _build(self) -> None:
         """Build the timers due in the second after each clock of ``self._ahead``, a few hundred

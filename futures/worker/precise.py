@@ -36,10 +36,9 @@ from futures.worker.changelog import Changes, commit
 from futures.worker.context import EngineContext, callback_bytes, piece_count
 from futures.worker.join import RequestFrontier
 from futures.worker.kafka import Deliveries
-from futures.worker.prepare import prepare
 from futures.worker.series import arm_next
 from futures.worker.table import due_of_key
-from futures.worker.windows import FailFn, Window, Windows, wake
+from futures.worker.windows import FailFn, Window, Windows, callback_of, wake
 
 log = logging.getLogger(__name__)
 
@@ -108,8 +107,11 @@ class PreciseMode:
         for key, value in due:
             # Offered since it was accepted (Windows.offer), maybe sent already; or cancelled or
             # replaced by a write still on its way to the table.
-            if key not in held and key not in removed:
-                window.add((due_of_key(key), key, prepare(key, partition, value)))
+            if key in held or key in removed:
+                continue
+            callback = callback_of(key, partition, value)
+            if callback is not None:  # else left in the table, for the tick to dead-letter
+                window.add((due_of_key(key), key, callback))
         if due:
             window.cursor = due[-1][0]
         window.complete = len(due) < count and sum(len(v) for _, v in due) < room
@@ -134,7 +136,7 @@ class PreciseMode:
     def _load(self, partition: int, key: bytes) -> Callback | None:
         """The callback of the timer under ``key``, read from the table (for a deferred timer)."""
         stored = self._ctx.tables(partition).get_raw(key)
-        return None if stored is None else prepare(key, partition, stored)
+        return None if stored is None else callback_of(key, partition, stored)
 
     async def _send(self, window: Window) -> None:
         """Send each timer of ``window`` at its due millisecond, then delete what was sent.

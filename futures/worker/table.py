@@ -151,6 +151,11 @@ def _epochs_value(met: int | None, written: int | None) -> bytes:
     return _PROGRESS.pack(-1 if met is None else met, -1 if written is None else written)
 
 
+def id_of_key(key: bytes) -> str:
+    """The timer id in a timer's table key."""
+    return key[_TIMER_ID_AT:].decode("utf-8", "replace")
+
+
 def progress_record(watermark: int, request_offset: int) -> Record:
     """The record that closes a changelog write: watermark (epoch s) and last applied request offset."""
     return PROGRESS_KEY, _PROGRESS.pack(watermark, request_offset)

@@ -15,7 +15,9 @@ A revoked partition's windows stop before their next timer (:meth:`Windows.revok
 what they sent before the group rejoins (:meth:`Windows.settle_revoked`), and a window's
 failure is reported at once (``on_failure``), never left in its task.
 A window holds its timers' callbacks ready to send (:mod:`futures.worker.callbacks`): built
-when it opens, a second ahead, not at each timer's millisecond.
+when it opens, a second ahead, not at each timer's millisecond. A timer whose bytes no
+callback can be built from (:func:`callback_of`) is left in the table: the tick of its second
+finds it and dead-letters it alone (:mod:`futures.worker.firing`).
 """
 
 from __future__ import annotations
@@ -26,6 +28,8 @@ import heapq
 from collections.abc import Callable, Collection, Coroutine, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
+
+from google.protobuf.message import DecodeError
 
 from futures.worker.callbacks import Callback
 from futures.worker.context import callback_bytes
@@ -45,6 +49,15 @@ class Gauge:
 
     def full(self) -> bool:
         return self.used >= self.max_bytes
+
+
+def callback_of(key: bytes, partition: int, stored: bytes) -> Callback | None:
+    """The callback of the timer ``stored`` under ``key`` in ``partition``'s table; None if its
+    bytes cannot be read (no window takes it: its tick's scan dead-letters it)."""
+    try:
+        return prepare(key, partition, stored)
+    except DecodeError:
+        return None
 
 
 def window_of(due_ms: int) -> int:
@@ -294,7 +307,10 @@ class Windows:
         if self.gauge.full():
             earliest = window.defer(due_ms, key)
         else:
-            earliest = window.add((due_ms, key, prepare(key, partition, stored)))
+            callback = callback_of(key, partition, stored)
+            if callback is None:
+                return
+            earliest = window.add((due_ms, key, callback))
         if earliest and window.waiter is not None:
             wake(window.waiter)
 

@@ -25,7 +25,7 @@ def test_a_timer_changed_since_its_callback_was_built_is_built_again() -> None:
     _, b_changed = _stored("b", b"TWO")
     _, c = _stored("c", b"three")
     key_c = table_key(5_000, "c")
-    taken = list(built.take([(key_a, 0, a), (key_b, 0, b_changed), (key_c, 0, c)]))
+    taken = list(built.take([(key_a, 0, a), (key_b, 0, b_changed), (key_c, 0, c)], []))
 
     assert [t.value for t in taken] == [b"one", b"TWO", b"three"]
     assert taken == [prepare(key_a, 0, a), prepare(key_b, 0, b_changed), prepare(key_c, 0, c)]
@@ -53,4 +53,19 @@ def test_building_a_timer_again_counts_it_once_and_dropping_a_partition_gives_it
 def test_a_timer_of_a_partition_with_nothing_built_is_built_at_the_tick() -> None:
     built = BuiltAhead()
     key, stored = _stored("a", b"p")
-    assert list(built.take([(key, 2, stored)])) == [prepare(key, 2, stored)]
+    assert list(built.take([(key, 2, stored)], [])) == [prepare(key, 2, stored)]
+
+
+def test_a_timer_whose_bytes_cannot_be_built_is_not_built_ahead_and_is_handed_back_at_the_tick() -> None:
+    built = BuiltAhead()
+    (key_a, a), (key_b, b) = _stored("a", b"one"), _stored("b", b"two")
+    unreadable = b"\x0a\x05ab"  # a length past the end
+    built.fill(0, [(key_a, a), (key_b, unreadable)])
+    assert built.count == 1
+
+    refused: list[tuple[bytes, int, bytes]] = []
+    taken = list(built.take([(key_a, 0, a), (key_b, 0, unreadable), (key_b, 1, b)], refused))
+
+    assert taken == [prepare(key_a, 0, a), prepare(key_b, 1, b)]
+    assert refused == [(key_b, 0, unreadable)]
+    assert (built.count, built.held) == (0, 0)

@@ -15,10 +15,11 @@ from pathlib import Path
 import pytest
 from confluent_kafka import KafkaError
 
-from futures.worker.table import PartitionTimers
+from futures.worker.table import PartitionTimers, table_key
 from ktimers.deadletter import H_ORIGINAL_SIZE, H_TRUNCATED, MAX_DETAIL_CHARS
 from ktimers.errors import DeliveryError
 from ktimers.wire import H_ELEMENT_COUNT, H_INVALID_COUNT, Future, FutureBatch, TimerEvent
+from tests.protobuf_bytes import UNKNOWN_FIELDS, unknown_fields_future
 from tests.worker.fakes import permanent_error
 from tests.worker.rig import T_MS, Rig, T
 
@@ -213,3 +214,67 @@ def test_a_timer_whose_callback_and_dead_letter_both_fail_is_not_deleted(rig: Ri
         (b"gone-1", b"callback-undeliverable")
     ]
     assert rig.pending_ids() == []
+
+
+@pytest.mark.parametrize("extra", UNKNOWN_FIELDS.values(), ids=UNKNOWN_FIELDS.keys())
+def test_a_future_with_unknown_fields_of_any_wire_type_fires_with_its_callback_intact(rig: Rig, extra: bytes):
+    rig.ingest(
+        rig.request("before", T_MS - 300),
+        rig.raw_request(b"odd", unknown_fields_future("odd", T_MS - 200, extra)),
+        rig.request("after", T_MS - 100),
+    )
+    rig.tick(T)
+
+    assert rig.fired() == ["before", "odd", "after"]
+    odd = rig.callbacks()[1]
+    assert (odd.key, odd.value) == (b"key-odd", b"payload-odd")
+    assert (odd.header("h"), odd.header("kt-token")) == (b"v", b"tok")
+    assert rig.dlq() == []
+    assert rig.pending_ids() == []
+
+
+# Bytes protobuf does not read: a length past the end; an end-group that closes no group.
+UNREADABLE = {"length past the end": b"\x0a\x05ab", "stray end-group": b"\x0a\x00\x7c"}
+
+
+@pytest.mark.parametrize("ahead", [False, True], ids=["built at the tick", "built ahead"])
+@pytest.mark.parametrize("stored", UNREADABLE.values(), ids=UNREADABLE.keys())
+def test_a_stored_timer_no_callback_can_be_built_from_is_dead_lettered_alone_and_its_second_fires(
+    rig: Rig, tmp_path: Path, stored: bytes, ahead: bool
+):
+    # A table holding bytes protobuf does not read (damaged, or written by hand): the timer can
+    # never fire, and must not stop every firing of its partition, on every owner, for good.
+    rig.ingest(*(rig.request(name, T_MS - 400 + 100 * i) for i, name in enumerate(["a", "bad", "c", "d"])))
+    bad_key = table_key(T_MS - 300, "bad")
+    rig.table(0).apply([(bad_key, stored)], offset=None)
+    if ahead:  # its callback built while the worker waits for its tick
+        rig.now = (T - 1) * 1000 + 10
+
+        async def tick_and_build() -> None:
+            await rig.engine.advance([rig.tick_record(T - 1)])
+            await rig.engine.prepared()
+
+        asyncio.run(tick_and_build())
+    rig.tick(T)
+
+    assert rig.fired() == ["a", "c", "d"]
+    (letter,) = rig.dlq()
+    assert (letter.key, letter.value) == (b"bad", stored)  # as the table held it
+    assert letter.header("kt-reason") == b"unreadable-timer"
+    assert letter.header("kt-source-partition") == b"0"
+    assert [(e.id, e.due_ms) for e in rig.events(Kind.REJECTED)] == [("bad", T_MS - 300)]
+    assert rig.pending_ids() == []
+    # Deleted through the changelog, after its dead letter was delivered: a new owner of the
+    # partition, which rebuilds the table from the changelog, does not meet it again.
+    (deleted,) = [sent for key, sent in rig.deletions() if key == bad_key]
+    assert deleted.delivered
+    rebuilt = PartitionTimers(tmp_path / "rebuilt.db")
+    try:
+        rebuilt.apply([(s.key or b"", s.value) for s in rig.changelog(0)], offset=None)
+        assert list(rebuilt.iter_pending()) == []
+    finally:
+        rebuilt.close()
+    rig.ingest(rig.request("later", T_MS + 500))
+    rig.tick(T + 1)
+    assert rig.fired() == ["a", "c", "d", "later"]
+    assert len(rig.dlq()) == 1

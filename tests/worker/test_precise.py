@@ -7,10 +7,13 @@ from collections.abc import Callable, Coroutine
 from pathlib import Path
 from typing import Any
 
+from futures.ingress.records import SourceRecord
 from futures.worker.config import WorkerConfig
 from futures.worker.engine import wall_clock_ms
+from futures.worker.table import table_key
 from ktimers.config import CommonConfig, KafkaConfig
 from ktimers.wire import TimerEvent
+from tests.protobuf_bytes import UNKNOWN_FIELDS, unknown_fields_future
 from tests.worker.rig import Rig
 
 Kind = TimerEvent.Kind
@@ -310,5 +313,80 @@ def test_a_tick_that_comes_while_the_one_before_waits_for_the_engine_sends_nothi
         assert not twice, f"sent more than once: {twice}"
         assert rig.pending_ids() == []
         assert rig.table(0).watermark == s + 2
+
+    _run(rig, scenario)
+
+
+def test_a_stored_timer_no_callback_can_be_built_from_is_dead_lettered_alone_and_its_window_sends(
+    tmp_path: Path,
+) -> None:
+    rig = _precise_rig(tmp_path)
+    engine = rig.engine
+
+    async def scenario() -> None:
+        s = await _early_in_a_second()
+        due = {name: (s + 1) * 1000 + 200 + 100 * i for i, name in enumerate(["a", "bad", "c", "d"])}
+        await engine.ingest([rig.request(t, d) for t, d in due.items()])
+        bad_key = table_key(due["bad"], "bad")
+        rig.table(0).apply([(bad_key, b"\x0a\x05ab")], offset=None)  # bytes protobuf does not read
+        await engine.advance([rig.tick_record(s)])  # opens windows s + 1 and s + 2
+        await _sleep_until((s + 2) * 1000 + 50)
+        await engine.advance([rig.tick_record(s + 1)])
+        await engine.advance([rig.tick_record(s + 2)])  # its scan finds what window s + 2 left
+
+        sent = _sent(rig)
+        assert set(sent) == {"a", "c", "d"}
+        for timer_id, [fired_ms] in sent.items():
+            assert 0 <= fired_ms - due[timer_id] < 150, f"{timer_id} {fired_ms - due[timer_id]} ms late"
+        (letter,) = rig.dlq()
+        assert (letter.key, letter.header("kt-reason")) == (b"bad", b"unreadable-timer")
+        assert [e.id for e in rig.events(Kind.REJECTED)] == ["bad"]
+        assert bad_key in [key for key, _ in rig.deletions()]
+        assert rig.pending_ids() == []
+
+    _run(rig, scenario)
+
+
+def test_futures_with_unknown_fields_of_any_wire_type_go_out_at_their_millisecond(tmp_path: Path) -> None:
+    # Stored before their window opened (read by it) and accepted while it is open (joining it).
+    rig = _precise_rig(tmp_path)
+    engine = rig.engine
+    extras = list(UNKNOWN_FIELDS.items())
+
+    async def scenario() -> None:
+        s = await _early_in_a_second()
+        base = (s + 1) * 1000
+        due = {f"read-{name}": base + 300 + 10 * i for i, (name, _) in enumerate(extras)}
+        due |= {f"joined-{name}": base + 600 + 10 * i for i, (name, _) in enumerate(extras)}
+
+        def records(prefix: str) -> list[SourceRecord]:
+            return [
+                rig.raw_request(
+                    None, unknown_fields_future(f"{prefix}-{name}", due[f"{prefix}-{name}"], extra)
+                )
+                for name, extra in extras
+            ]
+
+        await engine.ingest(records("read"))
+        await engine.advance([rig.tick_record(s)])  # opens windows s + 1 and s + 2
+        await _sleep_until(base + 100)
+        await engine.ingest(records("joined"))
+        await _sleep_until((s + 2) * 1000 + 50)
+        await engine.advance([rig.tick_record(s + 1)])
+        await engine.advance([rig.tick_record(s + 2)])
+
+        sent = _sent(rig)
+        assert set(sent) == set(due)
+        for timer_id, [fired_ms] in sent.items():
+            assert 0 <= fired_ms - due[timer_id] < 150, f"{timer_id} {fired_ms - due[timer_id]} ms late"
+        for callback in rig.callbacks():
+            timer_id = (callback.header("kt-id") or b"").decode()
+            assert (callback.key, callback.value) == (
+                f"key-{timer_id}".encode(),
+                f"payload-{timer_id}".encode(),
+            )
+            assert (callback.header("h"), callback.header("kt-token")) == (b"v", b"tok")
+        assert rig.dlq() == []
+        assert rig.pending_ids() == []
 
     _run(rig, scenario)
