@@ -1,8 +1,9 @@
 """Hostile input end to end: a stream of bad records of every kind, interleaved with valid timers.
 
 Every bad record must land in `timer-request-dlq` with its reason (cut down to
-fit when it is huge), every valid timer around it must still fire, never early,
-and the worker must never stop — also when one of two workers is SIGKILLed in
+fit when it is huge), every valid timer around it must still fire, never early —
+those whose Futures carry unknown fields of every wire type (groups, ten-byte
+varints) too — and the worker must never stop — also when one of two workers is SIGKILLed in
 the middle of the stream. The parsers' verdict on each record is pinned one by
 one in tests/ingress/test_hostile.py; here it goes through the real broker,
 Faust's consumer (header keys that are not UTF-8), the producer's size limit and
@@ -48,6 +49,7 @@ from ktimers.wire import (
 from tests.integration.conftest import WORKER_READY, Callback, Stack, TopicReader, fresh_env
 from tests.integration.test_scaling import start_second_worker, wait_until_partitions_split
 from tests.processes import Service, SpawnFn
+from tests.protobuf_bytes import UNKNOWN_FIELDS, varint
 from tests.raw_headers import produce_raw
 
 pytestmark = pytest.mark.integration
@@ -494,6 +496,25 @@ class Sender:
         )
         self.expected.valid[b"valid-not-utf8-header"] = due_ms
 
+    def valid_with_unknown_fields(self) -> None:
+        """Futures as producers of other languages or newer schemas write them, which protobuf
+        reads and the worker stores as read: unknown fields of every wire type (a group, a
+        ten-byte varint …), one a record and all in one batch. Each must fire as sent."""
+        cb, request = self.hs.callbacks.topic, self.hs.stack.common.topics.request
+        due_ms = int((time.time() + LEAD_S) * 1000)
+        batched: list[bytes] = []
+        for n, (kind, extra) in enumerate(UNKNOWN_FIELDS.items()):
+            for way in ("record", "batched"):
+                name = f"unknown-fields-{way}-{kind}"
+                value = extra + future(cb, name.encode(), id=name, due_ms=due_ms) + extra
+                if way == "record":
+                    self._produce(request, n % PARTITIONS, name.encode(), value, [])
+                else:
+                    batched.append(value)
+                self.expected.valid[name.encode()] = due_ms
+        batch = b"".join(b"\x0a" + varint(len(v)) + v for v in batched)
+        self._produce(request, 1, b"unknown-fields-batch", batch, [(KIND_HEADER, KIND_BATCH)])
+
     def bad_tick(self) -> None:
         """A record on the oscillator topic whose header key is not UTF-8 and whose key is no second.
 
@@ -527,6 +548,8 @@ class Sender:
             if i == 3:
                 self.valid_behind_a_bad_header_key()
                 self.bad_tick()
+            if i == 5:
+                self.valid_with_unknown_fields()
             if i == 8:
                 due_ms = int((time.time() + LEAD_S) * 1000)
                 small_batch.value = small_mixed_batch(cb, due_ms)

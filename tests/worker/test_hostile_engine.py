@@ -19,7 +19,7 @@ from futures.worker.table import PartitionTimers, table_key
 from ktimers.deadletter import H_ORIGINAL_SIZE, H_TRUNCATED, MAX_DETAIL_CHARS
 from ktimers.errors import DeliveryError
 from ktimers.wire import H_ELEMENT_COUNT, H_INVALID_COUNT, Future, FutureBatch, TimerEvent
-from tests.protobuf_bytes import UNKNOWN_FIELDS, unknown_fields_future
+from tests.protobuf_bytes import UNKNOWN_FIELDS, nested_groups, unknown_fields_future
 from tests.worker.fakes import permanent_error
 from tests.worker.rig import T_MS, Rig, T
 
@@ -278,3 +278,18 @@ def test_a_stored_timer_no_callback_can_be_built_from_is_dead_lettered_alone_and
     rig.tick(T + 1)
     assert rig.fired() == ["a", "c", "d", "later"]
     assert len(rig.dlq()) == 1
+
+
+def test_a_future_nesting_groups_as_deep_as_protobuf_reads_is_dead_lettered_when_due(rig: Rig):
+    # Protobuf reads a Future whose groups nest 100 levels deep, but not the StoredTimer that
+    # holds it a level down: it is accepted, and dead-lettered when it comes due.
+    deep = Future(callBackTopic="orders", id="deep", due_ms=T_MS - 200).SerializeToString() + nested_groups(
+        100
+    )
+    rig.ingest(rig.request("a", T_MS - 300), rig.raw_request(b"deep", deep), rig.request("b", T_MS - 100))
+    rig.tick(T)
+
+    assert rig.fired() == ["a", "b"]
+    (letter,) = rig.dlq()
+    assert (letter.key, letter.header("kt-reason")) == (b"deep", b"unreadable-timer")
+    assert rig.pending_ids() == []
