@@ -170,6 +170,44 @@ def _get(env: Env, name: str, default: str | None = None) -> str | None:
     return value if value not in (None, "") else default
 
 
+#: Largest secret file read (bytes): a password, token or ``user:password``, never a bundle.
+MAX_SECRET_FILE_BYTES = 64 * 1024
+
+
+def env_secret(env: Env, name: str) -> str | None:
+    """A secret from ``name``, or from the file named by ``name + "_FILE"`` (a mounted Secret).
+
+    A file keeps the secret out of the process environment (``/proc/<pid>/environ``, crash
+    dumps, ``kubectl describe``). Its content is taken as it is, less surrounding whitespace
+    (``kubectl create secret --from-file`` keeps a trailing newline). Both set is refused:
+    which one wins would be a guess.
+    """
+    value = _get(env, name)
+    path = _get(env, f"{name}_FILE")
+    if path is None:
+        return value
+    if value is not None:
+        raise ConfigError(
+            f"{name} and {name}_FILE are both set: keep one (the file keeps it out of the environment)"
+        )
+    try:
+        with open(path, "rb") as file:
+            raw = file.read(MAX_SECRET_FILE_BYTES + 1)
+    except OSError as exc:
+        raise ConfigError(
+            f"{name}_FILE={path!r} cannot be read ({exc.strerror}): mount the Secret there"
+        ) from exc
+    if len(raw) > MAX_SECRET_FILE_BYTES:
+        raise ConfigError(
+            f"{name}_FILE={path!r} is larger than {MAX_SECRET_FILE_BYTES} bytes: not a secret value"
+        )
+    try:
+        text = raw.decode().strip()
+    except UnicodeDecodeError as exc:
+        raise ConfigError(f"{name}_FILE={path!r} is not UTF-8 text") from exc
+    return text or None
+
+
 def env_int(env: Env, name: str, default: int) -> int:
     raw = _get(env, name)
     if raw is None:
@@ -227,7 +265,7 @@ class KafkaConfig:
     @classmethod
     def from_env(cls, env: Env | None = None) -> KafkaConfig:
         env = os.environ if env is None else env
-        password = _get(env, "KAFKA_SASL_PASSWORD")
+        password = env_secret(env, "KAFKA_SASL_PASSWORD")
         protocol = (_get(env, "KAFKA_SECURITY_PROTOCOL", cls.security_protocol) or "").upper()
         if protocol not in {"PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL"}:
             raise ConfigError(
@@ -245,7 +283,7 @@ class KafkaConfig:
             bootstrap_servers=_get(env, "KAFKA_BOOTSTRAP_SERVERS", cls.bootstrap_servers) or "",
             security_protocol=protocol,
             sasl_mechanism=mechanism,
-            sasl_username=_get(env, "KAFKA_SASL_USERNAME"),
+            sasl_username=env_secret(env, "KAFKA_SASL_USERNAME"),
             sasl_password=Secret(password) if password else None,
             ssl_ca_location=_get(env, "KAFKA_SSL_CA_LOCATION"),
             profile=profile,
@@ -287,6 +325,8 @@ KAFKA_ENV: tuple[EnvVar, ...] = (
     ),
     EnvVar("KAFKA_SASL_USERNAME", default_of(KafkaConfig, "sasl_username"), "SASL user name"),
     EnvVar("KAFKA_SASL_PASSWORD", default_of(KafkaConfig, "sasl_password"), "SASL password (never logged)"),
+    EnvVar("KAFKA_SASL_USERNAME_FILE", NO_DEFAULT, "file holding the SASL user name, instead of the above"),
+    EnvVar("KAFKA_SASL_PASSWORD_FILE", NO_DEFAULT, "file holding the SASL password, instead of the above"),
     EnvVar("KAFKA_SSL_CA_LOCATION", default_of(KafkaConfig, "ssl_ca_location"), "CA bundle for TLS"),
     EnvVar(
         "TIMERS_BROKER_PROFILE", default_of(KafkaConfig, "profile"), "embedded turns on the Tansu workarounds"

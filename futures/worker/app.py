@@ -100,6 +100,9 @@ def create_app(config: WorkerConfig, partitions: int) -> TimersApp:
         web_host=config.web_host,
         web_port=config.web_port,
         web_bind=config.web_host,
+        # What the group's assignment tells the other workers (the admin API's map of who
+        # holds which partition): a bind address such as 0.0.0.0 would name no worker.
+        canonical_url=config.canonical_url,
         web_in_thread=False,
         # The engine writes the changelog itself, through confluent-kafka; Faust's
         # producer only sends its own bookkeeping.

@@ -8,6 +8,7 @@ import re
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
+from urllib.parse import urlsplit
 
 from futures.ingress.limits import DEFAULT_APP_ID, DEFAULT_DENIED_CALLBACK_TOPICS, ParseLimits
 from futures.ingress.registry import SchemaCheck
@@ -23,6 +24,7 @@ from ktimers.config import (
     env_choice,
     env_float,
     env_int,
+    env_secret,
     profile_default,
 )
 from ktimers.errors import ConfigError
@@ -57,6 +59,14 @@ class WorkerConfig:
     data_dir: Path = Path("data")
     web_host: str = "127.0.0.1"
     web_port: int = 6066
+    #: Also serve ``/metrics`` alone on this port (same address), so that a NetworkPolicy can
+    #: admit Prometheus to the metrics and nobody else to the admin API. None: the web port only.
+    metrics_port: int | None = None
+    #: How the other workers and the admin API's users reach this one's web port, e.g.
+    #: ``http://timers-worker-0.timers-worker.ns.svc:6066``: the admin API names the worker
+    #: holding a partition by it. None: ``http://<web_host>:<web_port>``, which only works
+    #: when ``web_host`` is an address the others can reach (not 0.0.0.0).
+    advertised_url: str | None = None
     late_policy: LatePolicy = LatePolicy.FIRE
     max_lateness_s: float = 3600.0
     #: A tick may run this far (ms) ahead of the worker's own clock; the
@@ -127,6 +137,8 @@ class WorkerConfig:
             data_dir=Path(env.get("TIMERS_DATA_DIR") or cls.data_dir).resolve(),
             web_host=env.get("TIMERS_WEB_HOST") or cls.web_host,
             web_port=env_int(env, "TIMERS_WEB_PORT", cls.web_port),
+            metrics_port=_optional_int(env, "TIMERS_METRICS_PORT"),
+            advertised_url=env.get("TIMERS_ADVERTISED_URL", "").strip() or None,
             late_policy=policy,
             max_lateness_s=env_float(env, "TIMERS_MAX_LATENESS_S", cls.max_lateness_s),
             clock_tolerance_ms=env_int(env, "TIMERS_CLOCK_TOLERANCE_MS", cls.clock_tolerance_ms),
@@ -139,10 +151,8 @@ class WorkerConfig:
             fire_chunk_size=env_int(env, "TIMERS_FIRE_CHUNK_SIZE", cls.fire_chunk_size),
             fire_budget_bytes=env_int(env, "TIMERS_FIRE_BUDGET_BYTES", cls.fire_budget_bytes),
             precise=env_bool(env, "TIMERS_PRECISE", cls.precise),
-            admin_token=Secret(token) if (token := env.get("TIMERS_ADMIN_TOKEN", "").strip()) else None,
-            admin_read_token=Secret(read)
-            if (read := env.get("TIMERS_ADMIN_READ_TOKEN", "").strip())
-            else None,
+            admin_token=Secret(token) if (token := env_secret(env, "TIMERS_ADMIN_TOKEN")) else None,
+            admin_read_token=Secret(read) if (read := env_secret(env, "TIMERS_ADMIN_READ_TOKEN")) else None,
             admin_open_reads=env_bool(env, "TIMERS_ADMIN_OPEN_READS", cls.admin_open_reads),
             admin_stall_after_s=env_float(env, "TIMERS_ADMIN_STALL_AFTER_S", cls.admin_stall_after_s),
             instance_id=env.get("TIMERS_INSTANCE_ID", "").strip() or None,
@@ -164,6 +174,19 @@ class WorkerConfig:
             raise ConfigError("TIMERS_JOIN_MAX_WAIT_S must be >= 0 (0: ticks never wait for requests)")
         if not 0 <= self.web_port <= 65535:
             raise ConfigError(f"TIMERS_WEB_PORT={self.web_port}: use a port number from 0 to 65535")
+        if self.metrics_port is not None:
+            if not 1 <= self.metrics_port <= 65535:
+                raise ConfigError(
+                    f"TIMERS_METRICS_PORT={self.metrics_port}: use a port number from 1 to 65535, "
+                    "or leave it unset to serve /metrics on the web port only"
+                )
+            if self.metrics_port == self.web_port:
+                raise ConfigError(
+                    f"TIMERS_METRICS_PORT={self.metrics_port} is TIMERS_WEB_PORT: use another port, "
+                    "or leave it unset (/metrics is served on the web port too)"
+                )
+        if self.advertised_url is not None:
+            _check_advertised_url(self.advertised_url)
         if self.max_due_ahead_s < 0:
             raise ConfigError("TIMERS_MAX_DUE_AHEAD_S must be >= 0 (0 means no limit)")
         if self.max_payload_bytes < 1:
@@ -199,6 +222,11 @@ class WorkerConfig:
             )
         if rebalance <= 0:
             raise ConfigError("TIMERS_REBALANCE_TIMEOUT_S must be > 0")
+
+    @property
+    def canonical_url(self) -> str:
+        """The URL this worker gives the group for its web port (Faust's ``canonical_url``)."""
+        return self.advertised_url or f"http://{self.web_host}:{self.web_port}"
 
     @property
     def group_timeouts(self) -> tuple[float, float, float]:
@@ -261,6 +289,16 @@ WORKER_ENV: tuple[EnvVar, ...] = (
         "address of /metrics, /healthz, /readyz and the admin page and API",
     ),
     EnvVar("TIMERS_WEB_PORT", default_of(WorkerConfig, "web_port"), "port of the same"),
+    EnvVar(
+        "TIMERS_METRICS_PORT",
+        default_of(WorkerConfig, "metrics_port", "the web port only"),
+        "also serve /metrics alone on this port, for a NetworkPolicy that admits Prometheus apart",
+    ),
+    EnvVar(
+        "TIMERS_ADVERTISED_URL",
+        default_of(WorkerConfig, "advertised_url", "http://<web host>:<web port>"),
+        "URL other workers and admin API users reach this worker's web port at",
+    ),
     EnvVar(
         "TIMERS_LATE_POLICY",
         default_of(WorkerConfig, "late_policy"),
@@ -337,6 +375,8 @@ WORKER_ENV: tuple[EnvVar, ...] = (
         default_of(WorkerConfig, "admin_read_token", "admin token only"),
         "admin API bearer token that only reads timers (list, search, one timer, firings); 16+ characters",
     ),
+    EnvVar("TIMERS_ADMIN_TOKEN_FILE", NO_DEFAULT, "file holding the admin token, instead of the above"),
+    EnvVar("TIMERS_ADMIN_READ_TOKEN_FILE", NO_DEFAULT, "file holding the read token, instead of the above"),
     EnvVar(
         "TIMERS_ADMIN_OPEN_READS",
         default_of(WorkerConfig, "admin_open_reads"),
@@ -366,6 +406,10 @@ WORKER_ENV: tuple[EnvVar, ...] = (
 )
 
 
+def _optional_int(env: Env, name: str) -> int | None:
+    return env_int(env, name, 0) if env.get(name, "").strip() else None
+
+
 def _optional_float(env: Env, name: str) -> float | None:
     return env_float(env, name, 0.0) if env.get(name, "").strip() else None
 
@@ -373,3 +417,25 @@ def _optional_float(env: Env, name: str) -> float | None:
 def _patterns(text: str) -> tuple[str, ...]:
     """Comma-separated fnmatch patterns; empty items are dropped."""
     return tuple(p.strip() for p in text.split(",") if p.strip())
+
+
+def _check_advertised_url(url: str) -> None:
+    """An absolute http(s) URL of a host and port, nothing after: what Faust's router expects."""
+    problem = f"TIMERS_ADVERTISED_URL={url!r}: use http://<host>:<port>, e.g. http://timers-worker-0.timers-worker.ns.svc:6066"
+    try:
+        parts = urlsplit(url)
+        port = parts.port
+    except ValueError as exc:
+        raise ConfigError(problem) from exc
+    if (
+        parts.scheme not in ("http", "https")
+        or not parts.hostname
+        or port is None
+        or parts.path not in ("", "/")
+        or parts.query
+        or parts.fragment
+        or parts.username is not None
+        or parts.password is not None
+        or any(c.isspace() for c in url)
+    ):
+        raise ConfigError(problem)

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from futures.ingress.registry import SchemaSource
-from ktimers.config import NO_DEFAULT, Env, EnvVar, Secret, env_float
+from ktimers.config import NO_DEFAULT, Env, EnvVar, Secret, env_float, env_secret
 from ktimers.errors import ConfigError
 
 #: What :meth:`SchemaRegistryConfig.from_env` reads.
@@ -22,6 +22,11 @@ REGISTRY_ENV: tuple[EnvVar, ...] = (
         "check framed requests' schema ids against this Schema Registry",
     ),
     EnvVar("TIMERS_SCHEMA_REGISTRY_BASIC_AUTH", NO_DEFAULT, "user:password for the registry (never logged)"),
+    EnvVar(
+        "TIMERS_SCHEMA_REGISTRY_BASIC_AUTH_FILE",
+        NO_DEFAULT,
+        "file holding user:password, instead of the above",
+    ),
     EnvVar("TIMERS_SCHEMA_REGISTRY_TIMEOUT_S", "2", "longest wait for one registry lookup, seconds"),
 )
 
@@ -38,7 +43,7 @@ class SchemaRegistryConfig:
     def from_env(cls, env: Env | None = None) -> SchemaRegistryConfig | None:
         """The registry to check against, or None when ``TIMERS_SCHEMA_REGISTRY_URL`` is unset."""
         env = os.environ if env is None else env
-        auth = env.get("TIMERS_SCHEMA_REGISTRY_BASIC_AUTH", "").strip()
+        auth = env_secret(env, "TIMERS_SCHEMA_REGISTRY_BASIC_AUTH")
         timeout_s = env_float(env, "TIMERS_SCHEMA_REGISTRY_TIMEOUT_S", cls.timeout_s)
         url = env.get("TIMERS_SCHEMA_REGISTRY_URL", "").strip()
         if not url:

@@ -3,7 +3,9 @@
 The worker serves these and nothing else (docs/admin.md lists every route and who
 may call it). Faust's own views — ``/router/`` (partition assignment, every
 worker's URL), ``/table/`` (table contents by key), ``/`` and the debug ones —
-are never registered.
+are never registered. With ``TIMERS_METRICS_PORT``, ``/metrics`` is also served
+alone on that port, so that a network policy can let Prometheus reach the metrics
+without reaching the admin API.
 """
 
 from __future__ import annotations
@@ -11,7 +13,9 @@ from __future__ import annotations
 from typing import Any
 
 import faust
+from aiohttp import web as aioweb
 from faust.web.base import BlueprintManager
+from mode import Service
 from prometheus_client import CONTENT_TYPE_LATEST
 
 from futures.worker.admin.actions import TimerActions
@@ -53,6 +57,46 @@ def register_views(
 
     # The admin API's cancel/reschedule requests go out on the worker's own producer.
     register_admin(app, config, store, status, TimerActions(config, writer))
+    if config.metrics_port is not None:
+        app.add_dependency(MetricsServer(metrics, config.web_host, config.metrics_port))
+
+
+class MetricsServer(Service):
+    """``GET /metrics`` and nothing else, on a port of its own.
+
+    It runs on the worker's event loop, like the web port's views: the table collectors
+    read RocksDB from that loop only, never from a thread of their own.
+    """
+
+    def __init__(self, metrics: WorkerMetrics, host: str, port: int, **kwargs: Any) -> None:
+        self._metrics = metrics
+        self._host = host
+        self._port = port
+        self._runner: aioweb.AppRunner | None = None
+        super().__init__(**kwargs)
+
+    @property
+    def port(self) -> int:
+        """The bound TCP port (useful when started with port 0)."""
+        if self._runner is None:
+            raise RuntimeError("the metrics server has not started")
+        return int(self._runner.addresses[0][1])
+
+    async def on_start(self) -> None:
+        server = aioweb.Application()
+        server.router.add_get("/metrics", self._serve)
+        runner = aioweb.AppRunner(server, access_log=None)
+        await runner.setup()
+        await aioweb.TCPSite(runner, self._host, self._port).start()
+        self._runner = runner
+
+    async def on_stop(self) -> None:
+        if self._runner is not None:
+            await self._runner.cleanup()
+            self._runner = None
+
+    async def _serve(self, request: aioweb.Request) -> aioweb.Response:
+        return aioweb.Response(body=self._metrics.render(), headers={"Content-Type": CONTENT_TYPE_LATEST})
 
 
 def without_builtin_views(app: faust.App) -> None:

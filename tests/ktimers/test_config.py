@@ -2,10 +2,16 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
+from hypothesis import HealthCheck, given
+from hypothesis import settings as hypothesis_settings
+from hypothesis import strategies as st
 
 from ktimers.config import (
     KAFKA_ENV,
+    MAX_SECRET_FILE_BYTES,
     TOPICS_ENV,
     BrokerProfile,
     CommonConfig,
@@ -13,6 +19,7 @@ from ktimers.config import (
     ProfileSettings,
     TopicsConfig,
     default_of,
+    env_secret,
     shown,
 )
 from ktimers.errors import ConfigError
@@ -201,3 +208,48 @@ def test_a_note_follows_the_default_or_stands_for_an_empty_one() -> None:
     assert default_of(TopicsConfig, "partitions", "per topic") == "4 (per topic)"
     assert default_of(TopicsConfig, "ingress", "none") == "none"
     assert default_of(KafkaConfig, "sasl_password", "never logged") == "— (never logged)"
+
+
+def _file_env(tmp_path: Path, username: bytes, password: bytes) -> dict[str, str]:
+    """SASL_ENV with the credentials in files, as a Secret mounted as a volume gives them."""
+    (tmp_path / "username").write_bytes(username)
+    (tmp_path / "password").write_bytes(password)
+    env = {k: v for k, v in SASL_ENV.items() if k not in ("KAFKA_SASL_USERNAME", "KAFKA_SASL_PASSWORD")}
+    return {
+        **env,
+        "KAFKA_SASL_USERNAME_FILE": str(tmp_path / "username"),
+        "KAFKA_SASL_PASSWORD_FILE": str(tmp_path / "password"),
+    }
+
+
+def test_sasl_credentials_are_read_from_mounted_files(tmp_path: Path) -> None:
+    # `kubectl create secret --from-file` keeps the file's trailing newline.
+    env = _file_env(tmp_path, b"timers\n", PASSWORD.encode() + b"\n")
+    assert KafkaConfig.from_env(env) == KafkaConfig.from_env(SASL_ENV)
+    # Every component builds its connection here: the worker, oscillator, jobs and CLI alike.
+    assert CommonConfig.from_env(env).kafka.librdkafka()["sasl.password"] == PASSWORD
+
+
+def test_a_secret_in_both_the_environment_and_a_file_is_refused(tmp_path: Path) -> None:
+    env = {**_file_env(tmp_path, b"timers", b"other"), "KAFKA_SASL_PASSWORD": PASSWORD}
+    with pytest.raises(ConfigError, match="KAFKA_SASL_PASSWORD and KAFKA_SASL_PASSWORD_FILE"):
+        KafkaConfig.from_env(env)
+
+
+def test_an_unreadable_secret_file_names_the_variable_and_the_fix(tmp_path: Path) -> None:
+    env = {**SASL_ENV, "KAFKA_SASL_PASSWORD": "", "KAFKA_SASL_PASSWORD_FILE": str(tmp_path / "missing")}
+    with pytest.raises(ConfigError, match="KAFKA_SASL_PASSWORD_FILE=.*mount the Secret"):
+        KafkaConfig.from_env(env)
+
+
+@hypothesis_settings(max_examples=60, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(content=st.binary(max_size=MAX_SECRET_FILE_BYTES + 2))
+def test_any_secret_file_gives_a_secret_or_a_clear_rejection(tmp_path: Path, content: bytes) -> None:
+    path = tmp_path / "secret"
+    path.write_bytes(content)
+    try:
+        value = env_secret({"X_FILE": str(path)}, "X")
+    except ConfigError as exc:
+        assert "X_FILE=" in str(exc)
+        return
+    assert value is None or value == content.decode().strip()

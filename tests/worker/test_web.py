@@ -12,6 +12,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any, cast
 
+import aiohttp
 import faust
 import pytest
 from aiohttp.test_utils import TestClient, TestServer
@@ -22,7 +23,7 @@ from futures.worker.config import WorkerConfig
 from futures.worker.metrics import WorkerMetrics
 from futures.worker.status import WorkerStatus
 from futures.worker.table import PartitionTimers, table_key
-from futures.worker.web import register_views
+from futures.worker.web import MetricsServer, register_views
 from ktimers.config import Secret
 from ktimers.wire import Future, Header, StoredTimer
 
@@ -270,3 +271,51 @@ def test_the_server_routes_exactly_the_documented_paths(apps: dict[str, Served])
     api = {(method.upper(), path) for path, ops in openapi.spec(4)["paths"].items() for method in ops}
     others = {("GET", path) for path in OPEN_ROUTES if not path.startswith("/api/")}
     assert routed == api | others
+
+
+def test_a_metrics_port_serves_the_metrics_and_nothing_of_the_admin_api(
+    tables: dict[int, PartitionTimers], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """With TIMERS_METRICS_PORT, Prometheus can be admitted to a port where no admin route is."""
+    app = faust.App("web-metrics-test", broker="kafka://127.0.0.1:1")
+    started: list[Any] = []
+    monkeypatch.setattr(app, "add_dependency", started.append)  # started with the app
+    config = WorkerConfig(admin_open_reads=True, metrics_port=9464)
+    metrics = WorkerMetrics()
+    metrics.scheduled.inc(7)
+    register_views(app, metrics, cast(Any, HeldTables(tables)), config, WorkerStatus(), cast(Any, None))
+    (server,) = started
+    assert isinstance(server, MetricsServer)
+    # The same server on a free port of this machine, as the app would start it.
+    server = MetricsServer(metrics, "127.0.0.1", 0)
+
+    async def fetch_all() -> dict[str, tuple[int, str]]:
+        await server.start()
+        try:
+            replies = {}
+            async with aiohttp.ClientSession() as session:
+                for path in ("/metrics", *TIMER_READS, *OPEN_ROUTES):
+                    async with session.get(f"http://127.0.0.1:{server.port}{path}") as response:
+                        replies[path] = (response.status, await response.text())
+            return replies
+        finally:
+            await server.stop()
+
+    loop = asyncio.new_event_loop()
+    try:
+        replies = loop.run_until_complete(fetch_all())
+    finally:
+        loop.close()
+    status, text = replies.pop("/metrics")
+    assert status == 200 and "timers_scheduled_total 7.0" in text
+    assert {path: status for path, (status, _) in replies.items()} == {path: 404 for path in replies}
+
+
+def test_without_a_metrics_port_there_is_no_second_server(monkeypatch: pytest.MonkeyPatch) -> None:
+    app = faust.App("web-one-port-test", broker="kafka://127.0.0.1:1")
+    started: list[Any] = []
+    monkeypatch.setattr(app, "add_dependency", started.append)
+    register_views(
+        app, WorkerMetrics(), cast(Any, HeldTables({})), WorkerConfig(), WorkerStatus(), cast(Any, None)
+    )
+    assert started == []

@@ -5,10 +5,12 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from futures.worker.app import create_app
 from futures.worker.config import LatePolicy, WorkerConfig
-from ktimers.config import BrokerProfile
+from ktimers.config import BrokerProfile, Secret
 from ktimers.errors import ConfigError
 
 FULL_ENV = {
@@ -23,6 +25,8 @@ FULL_ENV = {
     "TIMERS_DATA_DIR": "/var/lib/timers",
     "TIMERS_WEB_HOST": "10.1.2.3",
     "TIMERS_WEB_PORT": "7070",
+    "TIMERS_METRICS_PORT": "7071",
+    "TIMERS_ADVERTISED_URL": "http://shop-worker-2.shop-worker.shop.svc:7070",
     "TIMERS_LATE_POLICY": "DLQ",
     "TIMERS_MAX_LATENESS_S": "90.5",
     "TIMERS_CLOCK_TOLERANCE_MS": "250",
@@ -43,7 +47,8 @@ def test_every_setting_is_read_from_the_environment():
     assert config.app_id == "shop-timers"
     assert config.changelog_topic == "shop-timers-timers-changelog"
     assert config.data_dir == Path("/var/lib/timers")
-    assert (config.web_host, config.web_port) == ("10.1.2.3", 7070)
+    assert (config.web_host, config.web_port, config.metrics_port) == ("10.1.2.3", 7070, 7071)
+    assert config.canonical_url == "http://shop-worker-2.shop-worker.shop.svc:7070"
     assert config.late_policy is LatePolicy.DLQ
     assert config.max_lateness_s == 90.5
     assert config.clock_tolerance_ms == 250
@@ -133,3 +138,65 @@ def test_static_membership_and_timeouts_reach_the_consumer_group(tmp_path):
     # The embedded broker loses static members' groups: the id is not sent there.
     embedded = create_app(WorkerConfig.from_env({**env, "TIMERS_BROKER_PROFILE": "embedded"}), 4).app.conf
     assert embedded.consumer_group_instance_id is None
+
+
+@pytest.mark.parametrize(
+    ("name", "value"),
+    [
+        ("TIMERS_METRICS_PORT", "metrics"),
+        ("TIMERS_METRICS_PORT", "0"),
+        ("TIMERS_METRICS_PORT", "70000"),
+        ("TIMERS_METRICS_PORT", "6066"),  # the web port: the admin API would share it again
+        ("TIMERS_ADVERTISED_URL", "timers-worker-0:6066"),
+        ("TIMERS_ADVERTISED_URL", "http://timers-worker-0"),
+        ("TIMERS_ADVERTISED_URL", "http://timers-worker-0:6066/admin"),
+        ("TIMERS_ADVERTISED_URL", "ftp://timers-worker-0:6066"),
+        ("TIMERS_ADVERTISED_URL", "http://:6066"),
+        ("TIMERS_ADVERTISED_URL", "http://timers-worker-0:port"),
+    ],
+)
+def test_bad_web_settings_name_the_variable(name, value):
+    with pytest.raises(ConfigError, match=name):
+        WorkerConfig.from_env({name: value})
+
+
+@settings(max_examples=200)
+@given(url=st.text(max_size=80) | st.from_regex(r"\Ahttps?://[a-z0-9.:\[\]-]{0,30}(/[^ ]{0,5})?\Z"))
+def test_any_advertised_url_is_taken_or_refused_clearly(url):
+    try:
+        config = WorkerConfig.from_env({"TIMERS_ADVERTISED_URL": url})
+    except ConfigError as exc:
+        assert "TIMERS_ADVERTISED_URL" in str(exc)
+        return
+    assert config.canonical_url == (url.strip() or "http://127.0.0.1:6066")
+
+
+def test_the_group_learns_the_advertised_url_not_the_bind_address(tmp_path):
+    env = {"TIMERS_WEB_HOST": "0.0.0.0", "TIMERS_DATA_DIR": str(tmp_path)}  # noqa: S104 - a pod's
+    url = "http://timers-worker-0.timers-worker.delays.svc:6066"
+    conf = create_app(WorkerConfig.from_env({**env, "TIMERS_ADVERTISED_URL": url}), 4).app.conf
+    assert str(conf.canonical_url) == url
+    assert conf.web_bind == "0.0.0.0"  # noqa: S104 - still listens on every interface
+    # Unset: the bind address, which is right only where it is an address the others reach.
+    plain = create_app(WorkerConfig.from_env({"TIMERS_DATA_DIR": str(tmp_path)}), 4).app.conf
+    assert str(plain.canonical_url) == "http://127.0.0.1:6066"
+
+
+def test_admin_tokens_are_read_from_mounted_files(tmp_path):
+    (tmp_path / "token").write_text("admin-token-0123456789\n")
+    (tmp_path / "read").write_text("reader-token-0123456789\n")
+    env = {
+        "TIMERS_ADMIN_TOKEN_FILE": str(tmp_path / "token"),
+        "TIMERS_ADMIN_READ_TOKEN_FILE": str(tmp_path / "read"),
+        "TIMERS_SCHEMA_REGISTRY_URL": "http://registry:8081",
+    }
+    (tmp_path / "auth").write_text("user:secret")
+    config = WorkerConfig.from_env({**env, "TIMERS_SCHEMA_REGISTRY_BASIC_AUTH_FILE": str(tmp_path / "auth")})
+    assert config.admin_token == Secret("admin-token-0123456789")
+    assert config.admin_read_token == Secret("reader-token-0123456789")
+    assert config.schema_registry is not None
+    assert config.schema_registry.basic_auth == Secret("user:secret")
+    # The length rule holds for a token from a file as for one from the environment.
+    (tmp_path / "token").write_text("short\n")
+    with pytest.raises(ConfigError, match="TIMERS_ADMIN_TOKEN is too short"):
+        WorkerConfig.from_env(env)
