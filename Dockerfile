@@ -11,6 +11,9 @@
 # Python dependencies are installed with -c constraints.txt, the same pins CI tests with.
 
 # Bookworm, not the moving "slim" tag: openjdk-17-jre-headless (the jobs stage) is a bookworm package.
+# Named by tag, not digest: the tag moves with bookworm's patch releases. To pin the build, pass
+# --build-arg PYTHON_IMAGE=python:3.11-slim-bookworm@sha256:<digest> with the digest your registry
+# shows for the tag you tested.
 ARG PYTHON_IMAGE=python:3.11-slim-bookworm
 # The chart runs the containers as this user (podSecurityContext in helm/kafka-timers/values.yaml).
 ARG APP_UID=10001
@@ -31,8 +34,8 @@ RUN groupadd --system --gid "${APP_UID}" timers \
  && chown -R timers:timers /var/lib/kafka-timers
 
 # Build our wheel, then install it and its pinned dependencies from wheels only: a dependency
-# that would need a compiler should fail here, loudly. Our wheel holds two compiled modules
-# (setup.py): this stage alone has a C compiler, the images it feeds have none.
+# that would need a compiler should fail here, loudly. Our wheel holds compiled (Cython) modules,
+# listed in setup.py: this stage alone has a C compiler, the images it feeds have none.
 FROM base AS build
 WORKDIR /src
 # Versions are not pinned: bookworm-security moves them, and an old pin would stop the build.
@@ -53,9 +56,20 @@ RUN pip wheel --no-deps --wheel-dir /wheels . \
 # published as a source archive only; it is pure Python and builds without a compiler.
 FROM build AS build-jobs
 RUN pip install --only-binary=:all: --no-binary=pyspark -c constraints.txt \
-        "$(ls /wheels/kafka_timers-*.whl)[jobs]"
+        "$(ls /wheels/kafka_timers-*.whl)[jobs]" \
+ && pip uninstall --yes pip setuptools
 
-FROM base AS jobs
+# The services' virtualenv, likewise without its installers.
+FROM build AS build-service
+RUN pip uninstall --yes pip setuptools
+
+# What the images that run start from: the base image without pip, setuptools and ensurepip.
+# Nothing installs packages at run time; the virtualenv's python is the one that runs.
+FROM base AS runtime
+RUN python3 -m pip uninstall --yes pip setuptools wheel \
+ && rm -rf /usr/local/lib/python3.11/ensurepip
+
+FROM runtime AS jobs
 ARG APP_UID
 # Debian's man pages are stripped from slim images; the JRE's postinst still expects the directory.
 # Versions are not pinned: bookworm-security moves them, and an old pin would stop the build.
@@ -72,11 +86,12 @@ USER ${APP_UID}:${APP_UID}
 CMD ["timers-compact", "--help"]
 
 # Last stage, so a plain `docker build .` gives the services image.
-FROM base AS service
+FROM runtime AS service
 ARG APP_UID
-COPY --from=build /opt/kafka-timers /opt/kafka-timers
+COPY --from=build-service /opt/kafka-timers /opt/kafka-timers
 WORKDIR /var/lib/kafka-timers
 USER ${APP_UID}:${APP_UID}
-# 6066: worker /metrics /healthz /readyz; 8090: oscillator /healthz /metrics.
-EXPOSE 6066 8090
+# 6066: worker /healthz /readyz, admin API (and /metrics); 6067: worker /metrics alone, as the
+# chart sets it (TIMERS_METRICS_PORT); 8090: oscillator /healthz /metrics.
+EXPOSE 6066 6067 8090
 CMD ["timers", "--help"]

@@ -113,3 +113,24 @@ def test_dockerignore_keeps_what_the_build_copies() -> None:
     assert copied <= kept, copied - kept
     for package in ("ktimers", "oscillator", "futures"):
         assert package in copied
+
+
+def _chain(name: str) -> list[Stage]:
+    """The stage and those it is built FROM, oldest first."""
+    stage = BY_NAME[name]
+    return ([*_chain(stage.base)] if stage.base in BY_NAME else []) + [stage]
+
+
+@pytest.mark.parametrize("target", ["service", "jobs"])
+def test_images_that_run_ship_no_package_installers(target: str) -> None:
+    """pip and setuptools are for building: in a running container they only widen what an intruder can do."""
+    removes = re.compile(r"pip uninstall --yes pip setuptools")
+    # The base image's own python: uninstalled in a stage of the target's own chain.
+    system = [s.name for s in _chain(target) if removes.search(s.runs())]
+    assert system, f"{target}: the base image's pip stays"
+    # The virtualenv: copied from a stage that removes them after its last install.
+    (copy,) = [arg for op, arg in BY_NAME[target].instructions if op == "COPY" and "/opt/kafka-timers" in arg]
+    source = re.fullmatch(r"--from=(\S+) .*", copy)
+    assert source, copy
+    runs = "\n".join(s.runs() for s in _chain(source.group(1)))
+    assert removes.search(runs) and runs.rfind("pip install") < removes.search(runs).start(), target
