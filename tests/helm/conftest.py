@@ -62,23 +62,28 @@ PRODUCTION: dict[str, Any] = {
         "persistence": {"size": "50Gi", "storageClassName": "gp3"},
         "extraEnv": [{"name": "TZ", "value": "UTC"}],
         "admin": {"tokenSecret": "kafka-timers-admin", "readTokenSecret": "kafka-timers-admin"},
-        "networkPolicy": {
-            "enabled": True,
-            "scrapeFrom": [
-                {
-                    "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "monitoring"}},
-                    "podSelector": {"matchLabels": {"app.kubernetes.io/name": "prometheus"}},
-                }
-            ],
-            "adminFrom": [
-                {
-                    "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "ops"}},
-                    "podSelector": {"matchLabels": {"app": "timers-admin"}},
-                },
-                {"ipBlock": {"cidr": "10.20.0.0/16", "except": ["10.20.99.0/24"]}},
-            ],
-        },
     },
+    "networkPolicy": {
+        "enabled": True,
+        "scrapeFrom": [
+            {
+                "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "monitoring"}},
+                "podSelector": {"matchLabels": {"app.kubernetes.io/name": "prometheus"}},
+            }
+        ],
+        "adminFrom": [
+            {
+                "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "ops"}},
+                "podSelector": {"matchLabels": {"app": "timers-admin"}},
+            },
+            {"ipBlock": {"cidr": "10.20.0.0/16", "except": ["10.20.99.0/24"]}},
+        ],
+        "kafkaTo": [{"ipBlock": {"cidr": "10.40.0.0/16"}}],
+        "extraEgress": [
+            {"to": [{"ipBlock": {"cidr": "10.0.0.1/32"}}], "ports": [{"port": 443, "protocol": "TCP"}]}
+        ],
+    },
+    "tmpSizeLimit": "512Mi",
     "metrics": {
         "serviceMonitor": {"enabled": True, "labels": {"release": "kube-prometheus-stack"}},
         "prometheusRule": {"enabled": True, "labels": {"release": "kube-prometheus-stack"}},
@@ -94,6 +99,7 @@ INLINE_SASL: dict[str, Any] = {
 COMPACTION: dict[str, Any] = {
     "jobs": {
         "sparkMaster": "local[4]",
+        "tmpSizeLimit": "50Gi",
         "compaction": {"enabled": True, "args": ["--publish"], "timeZone": "Europe/Paris"},
         "replay": {"enabled": True, "args": ["--due-from", "2026-01-01T09:00:00Z"]},
     },

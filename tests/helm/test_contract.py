@@ -3,6 +3,8 @@ commands it runs exist, and nothing turns on the embedded-broker workarounds in 
 
 from __future__ import annotations
 
+import re
+import tempfile
 import tomllib
 from pathlib import Path
 from typing import Any
@@ -12,7 +14,7 @@ import pytest
 from futures.worker.config import LatePolicy, WorkerConfig
 from ktimers.config import BrokerProfile, CommonConfig
 from oscillator.config import OscillatorConfig
-from tests.helm.conftest import REPO, VALUE_SETS, Rendered, RenderFn, containers
+from tests.helm.conftest import NAMESPACE, REPO, VALUE_SETS, Rendered, RenderFn, containers
 
 CONSOLE_SCRIPTS = set(tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["scripts"])
 WORKLOAD_KINDS = {"Deployment", "StatefulSet", "Job", "CronJob", "Pod"}
@@ -24,8 +26,17 @@ POD_NAME = "timers-worker-0"
 SECRET_STUB = "stubbed-{name}:stubbed-secret-value"
 
 
+#: Where a container's mounted files are stubbed: each mount path mirrored under this folder.
+MOUNTED_FILES = Path(tempfile.mkdtemp(prefix="chart-mounted-files-"))
+
+
 def container_env(rendered: Rendered, container: dict[str, Any]) -> dict[str, str]:
-    """The environment a container starts with, as the kubelet would build it (Secrets stubbed)."""
+    """The environment a container starts with, as the kubelet would build it (Secrets stubbed).
+
+    ``$(NAME)`` references are expanded as the kubelet does. A ``*_FILE`` variable naming a file
+    under one of the container's mounts is pointed at a stub of that file; one naming a file
+    outside them is left as it is, so that the component's loader fails on it as in the pod.
+    """
     env: dict[str, str] = {}
     for source in container.get("envFrom", []):
         env.update(rendered.one("ConfigMap", source["configMapRef"]["name"])["data"])
@@ -35,7 +46,15 @@ def container_env(rendered: Rendered, container: dict[str, Any]) -> dict[str, st
         default = POD_NAME if field == "metadata.name" else f"<{item['name']} from the API>"
         if "secretKeyRef" in source:
             default = SECRET_STUB.format(name=item["name"].lower())
-        env[item["name"]] = item.get("value", default)
+        value = item.get("value", default)
+        env[item["name"]] = re.sub(r"\$\((\w+)\)", lambda m: env.get(m.group(1), m.group(0)), value)
+    mounts = [m["mountPath"].rstrip("/") + "/" for m in container.get("volumeMounts", [])]
+    for name, value in env.items():
+        if name.endswith("_FILE") and any(value.startswith(mount) for mount in mounts):
+            stub = MOUNTED_FILES / value.lstrip("/")
+            stub.parent.mkdir(parents=True, exist_ok=True)
+            stub.write_text(SECRET_STUB.format(name=name.removesuffix("_FILE").lower()) + "\n")
+            env[name] = str(stub)
     return env
 
 
@@ -112,3 +131,22 @@ def test_every_command_is_an_installed_entry_point(render: RenderFn) -> None:
     # python: the helm test pod runs the chart's script with the image's interpreter.
     assert commands - {"python"} <= CONSOLE_SCRIPTS
     assert {"timers-oscillator", "timers-worker", "timers", "timers-compact", "timers-replay"} <= commands
+
+
+def test_each_worker_advertises_its_own_pod_dns_name(render: RenderFn) -> None:
+    """The admin API names the worker holding a partition by the URL each worker gives the group."""
+    rendered = render({"worker": {"port": 7070}})
+    sts = rendered.one("StatefulSet", "-worker")
+    (worker,) = containers(sts)
+    config = WorkerConfig.from_env(container_env(rendered, worker))
+    assert config.web_host == "0.0.0.0"  # noqa: S104 - what it binds: no other worker can reach that
+    # <pod>.<headless Service>.<namespace>.svc: the StatefulSet's stable DNS name of this very pod.
+    service = rendered.one("Service", "-worker")
+    assert (
+        service["spec"]["clusterIP"] == "None" and sts["spec"]["serviceName"] == service["metadata"]["name"]
+    )
+    assert config.canonical_url == f"http://{POD_NAME}.{service['metadata']['name']}.{NAMESPACE}.svc:7070"
+    # Each pod its own: the name comes from the pod, not from values.
+    env = {e["name"]: e for e in worker["env"]}
+    assert "$(TIMERS_INSTANCE_ID)" in env["TIMERS_ADVERTISED_URL"]["value"]
+    assert list(env).index("TIMERS_INSTANCE_ID") < list(env).index("TIMERS_ADVERTISED_URL")  # kubelet order

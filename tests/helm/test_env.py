@@ -23,6 +23,8 @@ from tests.test_console_scripts import SCRIPTS, Recording
 CHART_CHOICES = {
     "TIMERS_DATA_DIR": "the worker's PersistentVolume",
     "TIMERS_WEB_HOST": "probes and scrapes come from outside the pod",
+    "TIMERS_METRICS_PORT": "metrics on a port of their own, admitted apart from the admin API",
+    "TIMERS_ADVERTISED_URL": "the pod's DNS name, for the admin API's map of partitions",
     "TIMERS_OSC_HEALTH_HOST": "probes and scrapes come from outside the pod",
     "TIMERS_INSTANCE_ID": "static membership from the pod name",
     "TIMERS_OSC_INSTANCE": "the pod name",

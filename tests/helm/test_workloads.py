@@ -11,6 +11,7 @@ import pytest
 
 from futures.jobs.compact import default_out
 from tests.helm.conftest import COMPACTION, INLINE_SASL, PRODUCTION, RenderFn, containers, pod_spec
+from tests.helm.test_contract import container_env
 
 
 def _selects(selector: dict[str, Any], labels: dict[str, str]) -> bool:
@@ -66,17 +67,23 @@ def test_worker_keeps_rocksdb_on_its_own_volume(render: RenderFn) -> None:
 
 
 def test_probes_and_metrics_use_the_ports_the_services_listen_on(render: RenderFn) -> None:
-    rendered = render({"oscillator": {"port": 9100}, "worker": {"port": 7070}})
-    for kind, suffix, env_key in (
-        ("Deployment", "-oscillator", "TIMERS_OSC_HEALTH_PORT"),
-        ("StatefulSet", "-worker", "TIMERS_WEB_PORT"),
+    rendered = render({"oscillator": {"port": 9100}, "worker": {"port": 7070, "metricsPort": 7071}})
+    for kind, suffix, probe_key, metrics_key in (
+        ("Deployment", "-oscillator", "TIMERS_OSC_HEALTH_PORT", "TIMERS_OSC_HEALTH_PORT"),
+        ("StatefulSet", "-worker", "TIMERS_WEB_PORT", "TIMERS_METRICS_PORT"),
     ):
         workload = rendered.one(kind, suffix)
-        listen = int(rendered.one("ConfigMap", suffix)["data"][env_key])
-        (port,) = containers(workload)[0]["ports"]
-        assert port["containerPort"] == listen
-        assert workload["spec"]["template"]["metadata"]["annotations"]["prometheus.io/port"] == str(listen)
-        assert rendered.one("Service", suffix)["spec"]["ports"][0]["targetPort"] == port["name"]
+        data = rendered.one("ConfigMap", suffix)["data"]
+        (container,) = containers(workload)
+        ports = {p["name"]: p["containerPort"] for p in container["ports"]}
+        # The probes' port is the one the component serves /healthz on.
+        assert ports[container["livenessProbe"]["httpGet"]["port"]] == int(data[probe_key])
+        # Scrapers find the metrics where they are served: by annotation, and by the Service port
+        # named "metrics" that a ServiceMonitor selects.
+        metrics = int(data[metrics_key])
+        assert workload["spec"]["template"]["metadata"]["annotations"]["prometheus.io/port"] == str(metrics)
+        service_ports = {p["name"]: p for p in rendered.one("Service", suffix)["spec"]["ports"]}
+        assert ports[service_ports["metrics"]["targetPort"]] == metrics
 
 
 def test_no_secret_value_outside_secrets(render: RenderFn) -> None:
@@ -87,28 +94,66 @@ def test_no_secret_value_outside_secrets(render: RenderFn) -> None:
             assert base64.b64decode(m.obj["data"]["password"]).decode() == password
             continue
         assert password not in str(m.obj), f"{m.kind} {m.name} holds the password"
-    for cm in rendered.of_kind("ConfigMap"):
-        assert not [k for k in cm.obj["data"] if "PASSWORD" in k or "USERNAME" in k], cm.name
-    # Every container that talks to Kafka reads the password from a Secret.
-    refs = []
+    secrets = {m.name for m in rendered.of_kind("Secret")}
+    # Every container that talks to Kafka reads the credentials from files of a mounted Secret of
+    # the chart's, and none has them in its environment.
+    read_from = []
     for m in rendered.manifests:
         if m.kind in {"Deployment", "StatefulSet", "Job", "CronJob", "Pod"}:
             for c in containers(m.obj):
-                env = {e["name"]: e for e in c.get("env", [])}
-                assert "value" not in env["KAFKA_SASL_PASSWORD"], m.name
-                refs.append(env["KAFKA_SASL_PASSWORD"]["valueFrom"]["secretKeyRef"]["name"])
-    secrets = {m.name for m in rendered.of_kind("Secret")}
-    assert refs and set(refs) <= secrets
+                env = container_env(rendered, c)
+                assert not {"KAFKA_SASL_PASSWORD", "KAFKA_SASL_USERNAME"} & set(env), m.name
+                for variable in ("KAFKA_SASL_PASSWORD_FILE", "KAFKA_SASL_USERNAME_FILE"):
+                    secret, key = mounted_secret(m.obj, c, rendered_path(rendered, c, variable))
+                    assert key == variable.split("_")[2].lower(), (m.name, variable)
+                    read_from.append(secret)
+    assert read_from and set(read_from) <= secrets
+
+
+def rendered_path(rendered: Any, container: dict[str, Any], variable: str) -> str:
+    """The path a ``*_FILE`` variable names in the pod (before the tests stub the file)."""
+    data: dict[str, str] = {}
+    for source in container.get("envFrom", []):
+        data.update(rendered.one("ConfigMap", source["configMapRef"]["name"])["data"])
+    data.update({e["name"]: e.get("value", "") for e in container.get("env", [])})
+    return data[variable]
+
+
+def mounted_secret(workload: dict[str, Any], container: dict[str, Any], path: str) -> tuple[str, str]:
+    """(Secret, key) of the file at ``path`` in the container: it must be a Secret's item."""
+    directory, _, file = path.rpartition("/")
+    (mount,) = [m for m in container["volumeMounts"] if m["mountPath"] == directory]
+    assert mount["readOnly"] is True
+    (volume,) = [v for v in pod_spec(workload)["volumes"] if v["name"] == mount["name"]]
+    secret = volume["secret"]
+    # Readable by the pod's group (fsGroup), nobody else.
+    assert secret["defaultMode"] == 0o440
+    (key,) = [item["key"] for item in secret["items"] if item["path"] == file]
+    return str(secret["secretName"]), str(key)
 
 
 def test_existing_secret_is_used_as_is(render: RenderFn) -> None:
     rendered = render(PRODUCTION)
     assert rendered.of_kind("Secret") == []
-    (worker,) = containers(rendered.one("StatefulSet", "-worker"))
-    env = {e["name"]: e for e in worker["env"]}
-    assert env["KAFKA_SASL_USERNAME"]["valueFrom"]["secretKeyRef"] == {
-        "name": "kafka-timers-credentials",
-        "key": "username",
+    sts = rendered.one("StatefulSet", "-worker")
+    (worker,) = containers(sts)
+    assert not [e for e in worker["env"] if "valueFrom" in e and "secretKeyRef" in e["valueFrom"]]
+    files = {
+        variable: mounted_secret(sts, worker, rendered_path(rendered, worker, variable))
+        for variable in (
+            "KAFKA_SASL_USERNAME_FILE",
+            "KAFKA_SASL_PASSWORD_FILE",
+            "TIMERS_ADMIN_TOKEN_FILE",
+            "TIMERS_ADMIN_READ_TOKEN_FILE",
+            "TIMERS_SCHEMA_REGISTRY_BASIC_AUTH_FILE",
+        )
+    }
+    assert files == {
+        "KAFKA_SASL_USERNAME_FILE": ("kafka-timers-credentials", "username"),
+        "KAFKA_SASL_PASSWORD_FILE": ("kafka-timers-credentials", "password"),
+        "TIMERS_ADMIN_TOKEN_FILE": ("kafka-timers-admin", "token"),
+        "TIMERS_ADMIN_READ_TOKEN_FILE": ("kafka-timers-admin", "readToken"),
+        "TIMERS_SCHEMA_REGISTRY_BASIC_AUTH_FILE": ("registry-auth", "userInfo"),
     }
     common = rendered.one("ConfigMap", "-common")["data"]
     assert common["KAFKA_SECURITY_PROTOCOL"] == "SASL_SSL"
@@ -148,7 +193,7 @@ def test_topic_job_runs_before_install_and_upgrade(render: RenderFn) -> None:
     assert env["KAFKA_BOOTSTRAP_SERVERS"]["value"] == "kafka:9092"
     assert "envFrom" not in c
     # ...and the credentials come from a hook Secret created just before the Job.
-    secret_name = env["KAFKA_SASL_PASSWORD"]["valueFrom"]["secretKeyRef"]["name"]
+    secret_name, _ = mounted_secret(job, c, env["KAFKA_SASL_PASSWORD_FILE"]["value"])
     hook_secret = rendered.one("Secret", secret_name)
     assert hook_secret["metadata"]["annotations"]["helm.sh/hook"] == annotations["helm.sh/hook"]
     assert int(hook_secret["metadata"]["annotations"]["helm.sh/hook-weight"]) < int(
@@ -166,7 +211,10 @@ def test_scrape_annotations_give_way_to_the_service_monitor(render: RenderFn) ->
     assert "prometheus.io/scrape" not in annotations
     monitor = production.one("ServiceMonitor", "")
     assert monitor["metadata"]["labels"]["release"] == "kube-prometheus-stack"
-    assert monitor["spec"]["endpoints"][0]["port"] == "http"
+    # The port named "metrics" of both Services: the workers' is not their admin API's port.
+    assert monitor["spec"]["endpoints"][0]["port"] == "metrics"
+    for suffix in ("-worker", "-oscillator"):
+        assert "metrics" in {p["name"] for p in production.one("Service", suffix)["spec"]["ports"]}
 
 
 def test_spark_jobs_run_the_jobs_image_with_the_master_from_values(render: RenderFn) -> None:
@@ -211,3 +259,19 @@ def test_test_topic_joins_a_non_empty_allow_list(render: RenderFn) -> None:
     data = render(PRODUCTION).one("ConfigMap", "-worker")["data"]
     assert data["TIMERS_ALLOWED_CALLBACK_TOPICS"] == "orders-*,reminders,kafka-timers-helm-test"
     assert render({}).one("ConfigMap", "-worker")["data"]["TIMERS_ALLOWED_CALLBACK_TOPICS"] == ""
+
+
+def test_tmp_is_bounded_and_larger_for_spark(render: RenderFn) -> None:
+    """/tmp is the one writable place besides the volumes: a runaway writer is evicted, no node filled."""
+    rendered = render({**COMPACTION, "tmpSizeLimit": "300Mi"})
+    limits = {}
+    for m in rendered.manifests:
+        if m.kind in {"Deployment", "StatefulSet", "Job", "CronJob", "Pod"}:
+            (tmp,) = [v for v in pod_spec(m.obj)["volumes"] if v["name"] == "tmp"]
+            limits[m.name.rsplit("-", 2)[0] if "-replay-" in m.name else m.name] = tmp["emptyDir"][
+                "sizeLimit"
+            ]
+    spark = {name for name in limits if name.endswith(("-compact", "-replay"))}
+    assert spark == {"timers-kafka-timers-compact", "timers-kafka-timers-replay"}
+    assert {limits[name] for name in spark} == {COMPACTION["jobs"]["tmpSizeLimit"]}
+    assert {limit for name, limit in limits.items() if name not in spark} == {"300Mi"}

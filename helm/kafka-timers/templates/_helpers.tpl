@@ -89,6 +89,9 @@ app.kubernetes.io/component: {{ .component }}
 
 {{- define "kafka-timers.tlsMountPath" -}}/etc/kafka-timers/tls{{- end }}
 
+{{/* Where the SASL credentials are mounted, as the files "username" and "password". */}}
+{{- define "kafka-timers.saslMountPath" -}}/etc/kafka-timers/sasl{{- end }}
+
 {{/*
 Settings every component reads: Kafka connection (no credentials) and topic names, as a YAML map
 of environment variables. Rendered into the common ConfigMap, and inline into the pre-install Job,
@@ -104,6 +107,9 @@ KAFKA_BOOTSTRAP_SERVERS: {{ $k.bootstrapServers | quote }}
 KAFKA_SECURITY_PROTOCOL: {{ include "kafka-timers.securityProtocol" . | quote }}
 {{- if $k.sasl.enabled }}
 KAFKA_SASL_MECHANISM: {{ $k.sasl.mechanism | quote }}
+# Files of the mounted Secret: the credentials never enter a process environment.
+KAFKA_SASL_USERNAME_FILE: {{ printf "%s/username" (include "kafka-timers.saslMountPath" .) | quote }}
+KAFKA_SASL_PASSWORD_FILE: {{ printf "%s/password" (include "kafka-timers.saslMountPath" .) | quote }}
 {{- end }}
 {{- if $k.tls.enabled }}
 {{- if $k.tls.caSecret }}
@@ -135,27 +141,6 @@ TIMERS_PARTITIONS: {{ .Values.topics.partitions | int64 | quote }}
 {{- end }}
 {{- end }}
 
-{{/*
-Env entries with the SASL credentials, read from a Secret. Call with (dict "ctx" $ "secret" NAME);
-NAME defaults to kafka-timers.kafkaSecretName (the pre-install Job passes its hook Secret).
-*/}}
-{{- define "kafka-timers.saslEnv" -}}
-{{- $v := .ctx.Values.kafka.sasl -}}
-{{- if $v.enabled -}}
-{{- $secret := default (include "kafka-timers.kafkaSecretName" .ctx) .secret -}}
-- name: KAFKA_SASL_USERNAME
-  valueFrom:
-    secretKeyRef:
-      name: {{ $secret }}
-      key: {{ ternary $v.usernameKey "username" (ne $v.existingSecret "") }}
-- name: KAFKA_SASL_PASSWORD
-  valueFrom:
-    secretKeyRef:
-      name: {{ $secret }}
-      key: {{ ternary $v.passwordKey "password" (ne $v.existingSecret "") }}
-{{- end }}
-{{- end }}
-
 {{/* Fails the render when the chart must create the SASL Secret but has nothing to put in it. */}}
 {{- define "kafka-timers.checkSasl" -}}
 {{- $v := .Values.kafka.sasl }}
@@ -164,18 +149,52 @@ NAME defaults to kafka-timers.kafkaSecretName (the pre-install Job passes its ho
 {{- end }}
 {{- end }}
 
-{{/* Volumes every pod has: a writable /tmp (the root filesystem is read-only), and the CA bundle. */}}
-{{- define "kafka-timers.baseVolumes" -}}
+{{/*
+A Secret's keys as read-only files. Call with (dict "name" VOLUME "secret" NAME "items" (dict KEY PATH)).
+The files belong to root and to the pod's fsGroup, which may read them; nobody else may.
+*/}}
+{{- define "kafka-timers.secretVolume" -}}
+- name: {{ .name }}
+  secret:
+    secretName: {{ .secret }}
+    defaultMode: 0440
+    items:
+      {{- range $key, $path := .items }}
+      - key: {{ $key }}
+        path: {{ $path }}
+      {{- end }}
+{{- end }}
+
+{{/*
+Volumes every pod has: a writable /tmp (the root filesystem is read-only), the CA bundle and the
+SASL credentials. Call with (dict "ctx" $), plus "tmpSizeLimit" for another size than tmpSizeLimit
+and "saslSecret" for another Secret than kafka-timers.kafkaSecretName (the pre-install Job's).
+*/}}
+{{- define "kafka-timers.volumes" -}}
+{{- $ := .ctx -}}
+{{- $k := $.Values.kafka -}}
 - name: tmp
-  emptyDir: {}
-{{- if and .Values.kafka.tls.enabled .Values.kafka.tls.caSecret }}
+  emptyDir:
+    sizeLimit: {{ default $.Values.tmpSizeLimit .tmpSizeLimit }}
+{{- if and $k.tls.enabled $k.tls.caSecret }}
 - name: kafka-ca
   secret:
-    secretName: {{ .Values.kafka.tls.caSecret }}
+    secretName: {{ $k.tls.caSecret }}
     items:
-      - key: {{ .Values.kafka.tls.caKey }}
-        path: {{ .Values.kafka.tls.caKey }}
+      - key: {{ $k.tls.caKey }}
+        path: {{ $k.tls.caKey }}
 {{- end }}
+{{- if $k.sasl.enabled }}
+{{- $own := ne $k.sasl.existingSecret "" }}
+{{- $items := dict (ternary $k.sasl.usernameKey "username" $own) "username" }}
+{{- $_ := set $items (ternary $k.sasl.passwordKey "password" $own) "password" }}
+{{- $secret := default (include "kafka-timers.kafkaSecretName" $) .saslSecret }}
+{{ include "kafka-timers.secretVolume" (dict "name" "kafka-sasl" "secret" $secret "items" $items) }}
+{{- end }}
+{{- end }}
+
+{{- define "kafka-timers.baseVolumes" -}}
+{{ include "kafka-timers.volumes" (dict "ctx" .) }}
 {{- end }}
 
 {{- define "kafka-timers.baseVolumeMounts" -}}
@@ -184,6 +203,44 @@ NAME defaults to kafka-timers.kafkaSecretName (the pre-install Job passes its ho
 {{- if and .Values.kafka.tls.enabled .Values.kafka.tls.caSecret }}
 - name: kafka-ca
   mountPath: {{ include "kafka-timers.tlsMountPath" . }}
+  readOnly: true
+{{- end }}
+{{- if .Values.kafka.sasl.enabled }}
+- name: kafka-sasl
+  mountPath: {{ include "kafka-timers.saslMountPath" . }}
+  readOnly: true
+{{- end }}
+{{- end }}
+
+{{/* The worker's own Secrets, as files: the admin tokens and the Schema Registry's user:password. */}}
+{{- define "kafka-timers.workerSecretVolumes" -}}
+{{- $v := .Values.worker -}}
+{{- with $v.admin.tokenSecret }}
+{{ include "kafka-timers.secretVolume" (dict "name" "admin-token" "secret" . "items" (dict $v.admin.tokenKey "token")) }}
+{{- end }}
+{{- with $v.admin.readTokenSecret }}
+{{ include "kafka-timers.secretVolume" (dict "name" "admin-read-token" "secret" . "items" (dict $v.admin.readTokenKey "token")) }}
+{{- end }}
+{{- if and $v.schemaRegistry.url $v.schemaRegistry.basicAuthSecret }}
+{{ include "kafka-timers.secretVolume" (dict "name" "registry-auth" "secret" $v.schemaRegistry.basicAuthSecret "items" (dict $v.schemaRegistry.basicAuthKey "userInfo")) }}
+{{- end }}
+{{- end }}
+
+{{- define "kafka-timers.workerSecretMounts" -}}
+{{- $v := .Values.worker -}}
+{{- if $v.admin.tokenSecret }}
+- name: admin-token
+  mountPath: /etc/kafka-timers/admin-token
+  readOnly: true
+{{- end }}
+{{- if $v.admin.readTokenSecret }}
+- name: admin-read-token
+  mountPath: /etc/kafka-timers/admin-read-token
+  readOnly: true
+{{- end }}
+{{- if and $v.schemaRegistry.url $v.schemaRegistry.basicAuthSecret }}
+- name: registry-auth
+  mountPath: /etc/kafka-timers/registry
   readOnly: true
 {{- end }}
 {{- end }}

@@ -31,9 +31,6 @@ containers:
       # Spark and the JVM write scratch files under HOME and java.io.tmpdir: both on the writable /tmp.
       - name: HOME
         value: /tmp
-      {{- with include "kafka-timers.saslEnv" (dict "ctx" $) }}
-      {{- . | nindent 6 }}
-      {{- end }}
     resources:
       {{- toYaml $jobs.resources | nindent 6 }}
     securityContext:
@@ -46,7 +43,7 @@ volumes:
   - name: snapshots
     persistentVolumeClaim:
       claimName: {{ include "kafka-timers.snapshotsClaim" $ }}
-  {{- include "kafka-timers.baseVolumes" $ | nindent 2 }}
+  {{- include "kafka-timers.volumes" (dict "ctx" $ "tmpSizeLimit" $jobs.tmpSizeLimit) | nindent 2 }}
 {{- end }}
 
 {{- define "kafka-timers.snapshotsClaim" -}}
