@@ -19,6 +19,7 @@ from typing import Any
 
 import pytest
 
+from ktimers.broker import free_port
 from tests.integration.conftest import Stack, fresh_env
 from tests.processes import Service
 
@@ -80,7 +81,12 @@ def admin_stack(broker_env: dict[str, str], tmp_path_factory: pytest.TempPathFac
     directory = tmp_path_factory.mktemp("admin")
     env = fresh_env(
         broker_env,
-        settings={"TIMERS_ADMIN_TOKEN": ADMIN_TOKEN, "TIMERS_ADMIN_STALL_AFTER_S": str(STALL_AFTER_S)},
+        settings={
+            "TIMERS_ADMIN_TOKEN": ADMIN_TOKEN,
+            "TIMERS_ADMIN_STALL_AFTER_S": str(STALL_AFTER_S),
+            # /metrics alone on a port of its own, as the Helm chart runs the worker.
+            "TIMERS_METRICS_PORT": str(free_port()),
+        },
     )
     services: list[Service] = []
     stack = Stack(env=env, spawn=_spawner(directory, services), data_dir=directory / "worker-data")

@@ -199,6 +199,16 @@ def test_only_our_routes_are_served(http: AdminHttp) -> None:
     assert http.get("/api/stats", token=None).body["timer_reads"] == "token"
 
 
+def test_the_metrics_port_serves_the_metrics_and_no_admin_route(admin_stack: Stack, http: AdminHttp) -> None:
+    metrics = AdminHttp(int(admin_stack.env["TIMERS_METRICS_PORT"]))
+    scrape = metrics.get("/metrics", token=None)
+    assert scrape.status == 200 and "timers_fired_total" in scrape.body
+    for path in ("/api/stats", "/api/timers", "/admin/", "/healthz", "/readyz"):
+        assert metrics.get(path).status == 404, path
+    # The web port keeps its /metrics: scrapers set up for it go on working.
+    assert http.get("/metrics", token=None).status == 200
+
+
 @pytest.mark.parametrize(
     ("request_path", "status", "mentions"),
     [

@@ -32,6 +32,7 @@ def test_each_worker_answers_for_its_partitions_and_points_to_the_other(admin_st
         **admin_stack.worker_env(),
         "TIMERS_DATA_DIR": str(admin_stack.data_dir.parent / "second-worker"),
         "TIMERS_WEB_PORT": str(port),
+        "TIMERS_METRICS_PORT": str(free_port()),
     }
     second_worker = admin_stack.spawn("worker-b", ["-m", "futures.worker.main"], env)
     second = AdminHttp(port)
