@@ -6,6 +6,7 @@ validation and lint are Helm's, not an imitation.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -106,12 +107,22 @@ COMPACTION: dict[str, Any] = {
     "kafka": INLINE_SASL["kafka"],
 }
 
+
+
+def _readme_value_sets() -> dict[str, dict[str, Any]]:
+    """The values files the chart's README shows (its ``yaml`` blocks), each a value set of its own."""
+    text = (CHART_DIR / "README.md").read_text()
+    blocks = re.findall(r"^```yaml\n(.*?)^```$", text, re.MULTILINE | re.DOTALL)
+    return {f"readme-{number}": yaml.safe_load(block) for number, block in enumerate(blocks, 1)}
+
+
 VALUE_SETS: dict[str, dict[str, Any]] = {
     "default": {},
     "minimal": MINIMAL,
     "production": PRODUCTION,
     "inline-sasl": INLINE_SASL,
     "compaction": COMPACTION,
+    **_readme_value_sets(),
 }
 
 
