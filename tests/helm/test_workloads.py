@@ -246,6 +246,7 @@ def test_notes_warn_about_idle_workers_and_a_lone_oscillator(render: RenderFn) -
     [
         ({"kafka": {"sasl": {"enabled": True}}}, "kafka.sasl.existingSecret"),
         ({"tests": {"callbackTopic": "timers-probe"}}, 'starts with "timers-"'),
+        ({"worker": {"port": 7000, "metricsPort": 7000}}, "a port of their own"),
     ],
 )
 def test_impossible_settings_fail_with_the_fix(
