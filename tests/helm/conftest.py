@@ -108,7 +108,6 @@ COMPACTION: dict[str, Any] = {
 }
 
 
-
 def _readme_value_sets() -> dict[str, dict[str, Any]]:
     """The values files the chart's README shows (its ``yaml`` blocks), each a value set of its own."""
     text = (CHART_DIR / "README.md").read_text()
