@@ -31,7 +31,7 @@ from futures.worker.context import EngineContext, wall_clock_ms
 from futures.worker.destinations import AnyTopic, TopicDirectory
 from futures.worker.dispatch import Dispatcher
 from futures.worker.firing import Firing
-from futures.worker.gaps import GapReader
+from futures.worker.gaps import GapReader, ReadPast
 from futures.worker.ingest import Ingest
 from futures.worker.join import NoBacklog, RequestFrontier, WaitingTicks
 from futures.worker.kafka import KafkaWriter
@@ -70,6 +70,7 @@ class TimerEngine:
         lock: asyncio.Lock | None = None,
         status: WorkerStatus | None = None,
         gaps: GapReader | None = None,
+        read_past: ReadPast | None = None,
         callback_topics: TopicDirectory | None = None,
         frontier: RequestFrontier | None = None,
         on_fatal: Callable[[BaseException], None] | None = None,
@@ -98,7 +99,7 @@ class TimerEngine:
         self._firing = Firing(self._ctx, self._lookahead)
         self._sweep = Sweep(self._ctx)
         self._ingest = Ingest(
-            self._ctx, self._firing.fire, self._precise.windows if self._precise else None, gaps
+            self._ctx, self._firing.fire, self._precise.windows if self._precise else None, gaps, read_past
         )
         # Ticks not fired yet: waiting for the engine, or for older requests (futures/worker/join.py).
         self._waiting = WaitingTicks(

@@ -2,9 +2,10 @@
 
 The worker needs a few things these libraries offer no public way to do: book
 offsets as acked without Message objects, know how far a fetch has read, shorten
-aiokafka's fetch wait, put back what a fetch handed out too late, reach the
-consumer group's coordinator, subscribe tables without Faust's start-up sleep,
-and unpack fetches whose header keys are not UTF-8. Each is reached here and
+aiokafka's fetch wait, read only committed transactions, put back what a fetch
+handed out too late, reach the consumer group's coordinator, subscribe tables
+without Faust's start-up sleep, unpack fetches whose header keys are not UTF-8,
+and learn which offsets a fetch read past without a record to hand out. Each is reached here and
 nowhere else, through a small named function, or a base class that turns a
 private hook we must override into a named one; each docstring says what it
 relies on and why the worker needs it.
@@ -69,6 +70,7 @@ _STATE = "aiokafka.consumer.subscription_state"
 _COORDINATOR = "aiokafka.consumer.group_coordinator.GroupCoordinator"
 _STORE = "faust.stores.base.SerializedStore"
 _PYTHON_BATCH = "aiokafka.record.default_records._DefaultRecordBatchPy"
+_PARTITION_RECORDS = "aiokafka.consumer.fetcher.PartitionRecords"
 
 RELIES_ON: tuple[Reliance, ...] = (
     # Faust's consumer: its ack books and fetch loop.
@@ -96,6 +98,7 @@ RELIES_ON: tuple[Reliance, ...] = (
     ),
     Reliance(_AIOKAFKA, "_subscription", "attribute", "fetch_position"),
     Reliance(_AIOKAFKA, "_fetch_max_wait_ms", "attribute", "set_fetch_max_wait"),
+    Reliance(_AIOKAFKA, "_isolation_level", "attribute", "read_committed"),
     Reliance(_AIOKAFKA, "_coordinator", "attribute", "group_coordinator"),
     Reliance(_AIOKAFKA, "_client", "attribute", "send_to_coordinator"),
     Reliance(
@@ -132,6 +135,10 @@ RELIES_ON: tuple[Reliance, ...] = (
     Reliance("aiokafka.record.default_records", "_DefaultRecordBatchPy", "class", "LenientPythonBatch"),
     Reliance(_PYTHON_BATCH, "_buffer", "attribute", "LenientPythonBatch"),
     Reliance(_PYTHON_BATCH, "_maybe_uncompress", "(self)", "LenientPythonBatch"),
+    # aiokafka's reader of one partition's fetched records.
+    Reliance("aiokafka.consumer.fetcher", "PartitionRecords", "module attribute", "use_partition_records"),
+    Reliance(_PARTITION_RECORDS, "_unpack_records", "(self)", "PartitionRecordsBase"),
+    Reliance(_PARTITION_RECORDS, "_tp", "attribute", "PartitionRecordsBase"),
 )
 
 MIRRORED: tuple[Mirrored, ...] = (
@@ -298,6 +305,18 @@ def set_fetch_max_wait(consumer: AIOKafkaConsumer, wait_ms: int) -> None:
     consumer._fetch_max_wait_ms = wait_ms
 
 
+def read_committed(consumer: AIOKafkaConsumer) -> None:
+    """Make ``consumer`` read only records of committed transactions (and those of no transaction).
+
+    Faust builds its aiokafka consumer with ``isolation_level="read_uncommitted"`` unless
+    its own app runs transactions (``processing_guarantee="exactly_once"``), and has no
+    setting for it; aiokafka hands ``_isolation_level`` to its Fetcher in ``start()``,
+    so this must run before. The fetcher then leaves out the batches the fetch response
+    names as aborted, and moves its position past them.
+    """
+    consumer._isolation_level = "read_committed"
+
+
 class ConsumerThreadBase(faust_aiokafka.AIOKafkaConsumerThread):
     """Faust's aiokafka consumer thread, with the private hooks the worker overrides given names."""
 
@@ -438,6 +457,46 @@ class LenientPythonBatch(_DefaultRecordBatchPy):
         super()._maybe_uncompress()
         if not isinstance(self._buffer, LenientBuffer):
             self._buffer = LenientBuffer(self._buffer)
+
+
+class PartitionRecordsBase(fetcher.PartitionRecords):
+    """aiokafka's reader of one partition's fetched records, telling which offsets it reads past
+    without a record to hand out: transaction markers, batches of aborted transactions (with
+    ``read_committed``), records compaction removed.
+
+    Relies on ``_unpack_records`` being the generator ``__init__`` takes the records from,
+    starting at ``next_fetch_offset`` (the fetch offset, where aiokafka's position stood when
+    it fetched), and leaving ``next_fetch_offset`` past every batch it has read; aiokafka moves
+    the partition's position to ``next_fetch_offset`` as it hands records out, and drops the
+    reader when the position was moved otherwise (a seek). So the offsets reported lie between
+    records this reader handed out, or before the position it leaves: none was handed out, by
+    this reader or any other.
+    """
+
+    _tp: Any
+
+    def _unpack_records(self) -> Iterator[Any]:
+        expected = self.next_fetch_offset
+        for record in super()._unpack_records():
+            if record.offset > expected:
+                self.on_passed(self._tp, expected, record.offset)
+            expected = record.offset + 1
+            yield record
+        if self.next_fetch_offset > expected:
+            self.on_passed(self._tp, expected, self.next_fetch_offset)
+
+    def on_passed(self, tp: Any, start: int, end: int) -> None:
+        """Offsets ``start`` to ``end - 1`` of ``tp`` hold no record to hand out; called on the thread
+        that reads the records, as soon as it knows."""
+
+
+def use_partition_records(records: type[PartitionRecordsBase]) -> None:
+    """Make every aiokafka consumer of this process read fetched partitions with ``records``.
+
+    aiokafka's fetcher builds each partition's reader with ``PartitionRecords(...)``, looked
+    up in its module when called.
+    """
+    fetcher.PartitionRecords = records
 
 
 def use_fetch_records(records: Callable[[bytes], Any]) -> None:

@@ -1,4 +1,7 @@
-"""Fetched records whose header keys are not UTF-8 reach the engine instead of stopping the consumer.
+"""How aiokafka unpacks fetches for the worker: header keys that are not UTF-8, and offsets read past.
+
+**Header keys.** Fetched records whose header keys are not UTF-8 reach the engine instead
+of stopping the consumer.
 
 Kafka header keys are meant to be UTF-8, but the broker does not check, and
 some clients send any bytes. aiokafka decodes every header key strictly while
@@ -14,11 +17,23 @@ after the last one already delivered. Such a key reaches the engine
 as a ``str`` with lone surrogates (:func:`ktimers.wire.printable_header_key`
 turns it back into text a producer accepts), and the record is judged like any
 other: a parser that needs the header rejects it with a reason.
+
+**Offsets read past.** A transactional producer's commit or abort writes a marker that
+takes an offset, and the worker's consumer (``read_committed``) leaves out the records of
+aborted transactions: offsets no record is delivered for. :func:`install` also makes
+aiokafka's readers of fetched partitions report each run of such offsets
+(:class:`futures.worker.faust_adapter.PartitionRecordsBase`), on the consumer's thread,
+where :func:`take_passed` collects them after each fetch. The transport then knows that a
+hole in the offsets it hands the engine holds no request, without reading it back
+(:mod:`futures.worker.gaps`), and books those offsets as done, so that the committed offset
+moves past them.
 """
 
 from __future__ import annotations
 
 import struct
+import threading
+from collections import deque
 from collections.abc import Iterator
 from typing import Any
 
@@ -41,6 +56,10 @@ class _Batch:
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._batch, name)
+
+    def __next__(self) -> Any:
+        # aiokafka reads a control batch's record this way (``read_committed``: is it an abort marker?).
+        return next(self._batch)
 
     def __iter__(self) -> Iterator[Any]:
         last = -1
@@ -90,6 +109,39 @@ class LenientMemoryRecords:
         return _Batch(batch, self._data[start:end])
 
 
+#: Runs of offsets read past that a thread keeps until :func:`take_passed`: more than a fetch
+#: reports; on a thread that never takes them (another aiokafka consumer), the oldest go.
+MAX_PASSED = 100_000
+
+_reported = threading.local()
+
+
+def _passed_here() -> deque[tuple[Any, int, int]]:
+    passed: deque[tuple[Any, int, int]] | None = getattr(_reported, "passed", None)
+    if passed is None:
+        passed = _reported.passed = deque(maxlen=MAX_PASSED)
+    return passed
+
+
+class ReportingPartitionRecords(faust_adapter.PartitionRecordsBase):
+    """aiokafka's reader of a fetched partition, keeping the offsets it reads past for :func:`take_passed`."""
+
+    def on_passed(self, tp: Any, start: int, end: int) -> None:
+        _passed_here().append((tp, start, end))
+
+
+def take_passed() -> list[tuple[Any, int, int]]:
+    """The runs of offsets ``(tp, start, end)`` this thread's fetches read past without a record,
+    since the last call: no offset from ``start`` to ``end - 1`` of ``tp`` holds a record the
+    consumer delivers (a transaction marker, an aborted transaction's record)."""
+    passed = _passed_here()
+    taken = list(passed)
+    passed.clear()
+    return taken
+
+
 def install() -> None:
-    """Make every aiokafka consumer of this process unpack fetches with :class:`LenientMemoryRecords`."""
+    """Make every aiokafka consumer of this process unpack fetches with :class:`LenientMemoryRecords`
+    and report the offsets it reads past (:class:`ReportingPartitionRecords`)."""
     faust_adapter.use_fetch_records(LenientMemoryRecords)
+    faust_adapter.use_partition_records(ReportingPartitionRecords)

@@ -5,8 +5,15 @@ control was off or under an older consumer generation (a rebalance in
 progress), and may then read on past them. For a timer service a request
 that is never applied is a lost timer. The engine notices the hole (a
 record's offset is more than one past the last applied offset of its
-partition; plain producers never leave holes) and reads the missing range
-here, directly, before it goes on.
+partition) and reads the missing range here, directly, before it goes on.
+
+Plain producers leave no holes; transactional ones do, that hold no request:
+each commit or abort writes a marker that takes an offset, and the records of
+an aborted transaction are not delivered. The consumer reports the offsets it
+read past without a record (:class:`ReadPast`, :mod:`futures.worker.passed`);
+a hole it read past entirely is not read back. Both paths read only committed
+transactions: the consumer ``read_committed`` (:mod:`futures.worker.transport`),
+the reader here with librdkafka's ``isolation.level`` set the same.
 
 A read returns the whole hole or raises :class:`GapReadError`: the engine
 moves progress past the hole once it has the records, so a partial answer
@@ -40,6 +47,14 @@ _POLL_S = 0.2
 
 class GapReadError(TimersError):
     """A hole in a partition's offsets could not be read back completely; the worker must stop."""
+
+
+class ReadPast(Protocol):
+    def holds_no_request(self, topic: str, partition: int, start: int, end: int) -> bool:
+        """Whether the consumer read past every offset of ``topic[partition]`` from ``start`` to
+        ``end - 1`` and found no record to deliver there (transaction markers, records of
+        aborted transactions). False when it does not know."""
+        ...
 
 
 class GapReader(Protocol):
@@ -79,6 +94,8 @@ class KafkaGapReader:
                 # Records below the log start are gone (retention): read from what is left.
                 "auto.offset.reset": "earliest",
                 "fetch.wait.max.ms": 50,
+                # As the worker's consumer reads: a request of an aborted transaction never applies.
+                "isolation.level": "read_committed",
             }
         )
 

@@ -12,7 +12,8 @@ as a tick fires them (:class:`~futures.worker.firing.Firing`).
 Applying is idempotent: a record at or below its partition's last applied offset (kept
 in the progress record) was applied before a restart or rebalance and is skipped; a
 gap in the offsets (records Faust skipped during a rebalance) is read back and applied
-in order (:mod:`futures.worker.gaps`).
+in order (:mod:`futures.worker.gaps`), unless the consumer read past it without a record
+(transaction markers, aborted transactions: :mod:`futures.worker.passed`).
 """
 
 from __future__ import annotations
@@ -30,7 +31,7 @@ from futures.worker.changelog import Ahead, Changes, commit
 from futures.worker.columns import Decoder, Timers
 from futures.worker.config import LatePolicy
 from futures.worker.context import EngineContext
-from futures.worker.gaps import GapReader
+from futures.worker.gaps import GapReader, ReadPast
 from futures.worker.series import is_recurring
 from futures.worker.staging import REFUSE, STAGED, stage
 from futures.worker.table import PartitionTimers, table_key
@@ -50,12 +51,18 @@ Fire = Callable[[dict[int, int]], Awaitable[object]]
 
 class Ingest:
     def __init__(
-        self, ctx: EngineContext, fire: Fire, windows: Windows | None, gaps: GapReader | None
+        self,
+        ctx: EngineContext,
+        fire: Fire,
+        windows: Windows | None,
+        gaps: GapReader | None,
+        read_past: ReadPast | None = None,
     ) -> None:
         self._ctx = ctx
         self._fire = fire
         self._windows = windows  # precise mode's, or None
         self._gaps = gaps  # reads back request records the stream skipped
+        self._read_past = read_past  # which holes hold no request (transaction markers)
 
     async def apply(self, records: Sequence[SourceRecord]) -> None:
         """Apply a batch of request records of any ingress topic; durable when this returns.
@@ -91,8 +98,15 @@ class Ingest:
                 part = changes[record.partition]
                 in_step = part.request_offset if is_request else part.topic_offsets.get(record.topic)
                 applied = durable if in_step is None else in_step
-                if check_gap and applied >= 0 and record.offset > applied + 1 and self._gaps is not None:
+                if (
+                    check_gap
+                    and applied >= 0
+                    and record.offset > applied + 1
+                    and self._gaps is not None
+                    and not self._holds_no_request(record, applied + 1)
+                ):
                     start, end = applied + 1, record.offset
+                    self._ctx.metrics.request_gaps.labels("read-back").inc()
                     missing = await self._gaps.read(record.topic, record.partition, start, end)
                     log.warning(
                         "%s: offsets %d..%d were never delivered to this worker (skipped by the stream "
@@ -128,6 +142,16 @@ class Ingest:
                     await self._apply_staged(changes, ahead)
                     changes, ahead, staged = defaultdict(Changes), Ahead(), 0
             await self._apply_staged(changes, ahead)
+
+    def _holds_no_request(self, record: SourceRecord, start: int) -> bool:
+        """Whether the consumer read past the offsets from ``start`` to ``record``'s without a record
+        (transaction markers, aborted transactions): no round trip under the lock for them, one
+        per transaction a producer commits."""
+        past = self._read_past
+        if past is None or not past.holds_no_request(record.topic, record.partition, start, record.offset):
+            return False
+        self._ctx.metrics.request_gaps.labels("no-request").inc()
+        return True
 
     async def _stage_parsed(
         self, requests: list[Request], part: Changes, now: int, table: PartitionTimers, staged: int

@@ -64,6 +64,14 @@ class WorkerMetrics:
             "Request records the stream skipped (a rebalance) that the engine read back and applied",
             registry=r,
         )
+        self.request_gaps = Counter(
+            "timers_request_gaps_total",
+            "Holes in the request offsets a worker was handed: read back from the broker (read-back), "
+            "or read past by its consumer, holding no request (no-request: transaction markers, "
+            "aborted transactions)",
+            ["outcome"],
+            registry=r,
+        )
         self.ticks = Counter(
             "timers_ticks_total",
             "Ticks by outcome: advanced the clock, duplicate/old (no-op), ahead of the worker clock, invalid",

@@ -33,7 +33,14 @@
    joins and, once started, sends a LeaveGroup for the recorded one before the
    first join. See :mod:`futures.worker.membership`.
 
-5. **A fetch that outlives a rebalance hands nothing over.** aiokafka holds a fetch
+5. **Transactional producers.** The consumer reads ``read_committed``: records of aborted
+   transactions never reach the engine. The offsets the consumer reads past without a
+   record — each transaction's marker, an aborted transaction's records — are reported by
+   aiokafka's readers (:mod:`futures.worker.fetch`) and kept in :class:`PassedOffsets`:
+   the engine reads no such hole back, and they are acked with the requests around them,
+   so that Faust's committed offset reaches the end of the partition.
+
+6. **A fetch that outlives a rebalance hands nothing over.** aiokafka holds a fetch
    asked for before a rebalance until the new assignment, then answers it with
    records of that assignment — of any partition, once the rebalance has emptied
    the set of partitions the fetch was given (Faust's live set of active ones).
@@ -63,7 +70,8 @@ from faust.transport.drivers import aiokafka as faust_aiokafka
 from faust.types import TP, Message
 
 from futures.ingress.records import SourceRecord
-from futures.worker import faust_adapter, membership
+from futures.worker import faust_adapter, fetch, membership
+from futures.worker.passed import PassedOffsets
 from futures.worker.store import TimerStore
 
 log = logging.getLogger(__name__)
@@ -116,8 +124,11 @@ EMBEDDED_FETCH_MAX_WAIT_MS = 10
 
 
 class TimerConsumerThread(faust_adapter.ConsumerThreadBase):
-    """Faust's consumer thread, with the member id kept in the data dir (docstring, 4) and what a
-    fetch hands out while flow is stopped put back (5)."""
+    """Faust's consumer thread, with the member id kept in the data dir (docstring, 4), committed
+    transactions only (5) and what a fetch hands out while flow is stopped put back (6)."""
+
+    def on_consumer_created(self, consumer: Any) -> None:
+        faust_adapter.read_committed(consumer)
 
     def _dynamic_membership(self) -> bool:
         return self.app.conf.consumer_group_instance_id is None
@@ -140,8 +151,12 @@ class TimerConsumerThread(faust_adapter.ConsumerThreadBase):
         await super().on_partitions_assigned(assigned, generation_id)
 
     def on_records_fetched(self, consumer: Any, records: Mapping[TP, list[Any]]) -> Mapping[TP, list[Any]]:
+        passed = fetch.take_passed()
+        if passed and isinstance(self.consumer, TimerConsumer):
+            # Before the records go: the engine may find the holes they leave (docstring, 5).
+            self.consumer.note_passed(passed)
         if records and not self.consumer.flow_active:
-            # A fetch asked for before a rebalance is answered after it (docstring, 5): put its
+            # A fetch asked for before a rebalance is answered after it (docstring, 6): put its
             # records back, so that they are read again once flow resumes.
             for tp, batch in records.items():
                 if batch:
@@ -178,6 +193,35 @@ class TimerConsumer(faust_adapter.ConsumerBase):
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self._backlog = RequestBacklog()  # fetched requests not yet applied (docstring, 3)
+        #: Offsets read past without a record (docstring, 5), as the consumer thread reports
+        #: them (appended there, taken here: a deque's ends are thread-safe).
+        self._reported: deque[tuple[Any, int, int]] = deque()
+        self._passed = PassedOffsets()
+
+    def note_passed(self, passed: list[tuple[Any, int, int]]) -> None:
+        """The runs of offsets ``(tp, start, end)`` the consumer thread's fetches read past without
+        a record; from that thread."""
+        self._reported.extend(passed)
+
+    def holds_no_request(self, topic: str, partition: int, start: int, end: int) -> bool:
+        """Whether this consumer read past every offset of ``topic[partition]`` from ``start`` to
+        ``end - 1`` without a record: they hold no request (transaction markers, records of
+        aborted transactions), and a hole there needs no reading back."""
+        return self._passed.covers(TP(topic, partition), start, end)
+
+    def _take_passed(self, request_topics: frozenset[str]) -> None:
+        """Keep what the consumer thread reported of the request partitions, and ack the offsets
+        that continue what is applied."""
+        reported = self._reported
+        while reported:
+            tp, start, end = reported.popleft()
+            if tp.topic in request_topics:
+                tp = TP(tp.topic, tp.partition)
+                self._ack_spans(tp, self._passed.add(tp, start, end))
+
+    def _ack_spans(self, tp: TP, spans: list[tuple[int, int]]) -> None:
+        for start, end in spans:
+            faust_adapter.ack_offsets(self, tp, range(start, end))
 
     def partitions_to_fetch(self, active: set[TP]) -> set[TP]:
         route = _routes.get(self.app)
@@ -225,10 +269,12 @@ class TimerConsumer(faust_adapter.ConsumerBase):
             return
         # With requests in hand, only take what the fetcher has already: they are applied below.
         records, active = await faust_adapter.wait_next_records(self, 0 if self._backlog else timeout)
+        self._take_passed(route.request_topics)
         if records is None or self.should_stop:
             return
         if not self.flow_active:  # as Faust does: a rebalance is on, positions are reset
             self._backlog.clear()  # not acked: read again by whoever owns them now
+            self._passed.clear()
             try:
                 await self.perform_seek()
             except Exception as exc:  # noqa: BLE001 - Faust's own handling: logged, retried
@@ -284,6 +330,7 @@ class TimerConsumer(faust_adapter.ConsumerBase):
         monitor = self.app.monitor
         for tp, batch in batches:
             faust_adapter.ack_offsets(self, tp, [r.offset for r in batch])
+            self._ack_spans(tp, self._passed.applied(tp, batch[-1].offset))
             if monitor is not None:
                 # What Faust's stream records for each event it takes in: without it, Faust's
                 # liveness check logs "Stream has not started processing" errors for every
@@ -422,6 +469,7 @@ class TimerTransport(faust_aiokafka.Transport):
 
 class ShortFetchConsumerThread(TimerConsumerThread):
     def on_consumer_created(self, consumer: Any) -> None:
+        super().on_consumer_created(consumer)
         faust_adapter.set_fetch_max_wait(consumer, EMBEDDED_FETCH_MAX_WAIT_MS)
 
 

@@ -25,16 +25,23 @@ from futures.worker.transport import TimerConsumer
 from futures.worker.web import register_views
 
 
-class ConsumerFrontier:
-    """The frontier of the app's consumer (created by Faust after the engine)."""
+class ConsumerView:
+    """What the app's consumer (created by Faust after the engine) knows of the requests: their
+    frontier, and the offsets it read past without one."""
 
     def __init__(self, app: faust.App) -> None:
         self._app = app
 
-    def frontier_ms(self, partition: int) -> int | None:
+    def _consumer(self) -> TimerConsumer:
         consumer = self._app.consumer
         assert isinstance(consumer, TimerConsumer)  # noqa: S101 - create_app's broker_consumer
-        return consumer.frontier_ms(partition)
+        return consumer
+
+    def frontier_ms(self, partition: int) -> int | None:
+        return self._consumer().frontier_ms(partition)
+
+    def holds_no_request(self, topic: str, partition: int, start: int, end: int) -> bool:
+        return self._consumer().holds_no_request(topic, partition, start, end)
 
 
 def build(config: WorkerConfig, partitions: int) -> tuple[faust.App, TimerEngine]:
@@ -58,6 +65,7 @@ def build(config: WorkerConfig, partitions: int) -> tuple[faust.App, TimerEngine
         crashing.add(task)
         task.add_done_callback(crashing.discard)
 
+    view = ConsumerView(timers.app)
     engine = TimerEngine(
         config,
         store.partition,
@@ -66,8 +74,9 @@ def build(config: WorkerConfig, partitions: int) -> tuple[faust.App, TimerEngine
         owns=store.owns,
         lock=store.lock,
         gaps=KafkaGapReader(config.common.kafka),
+        read_past=view,
         callback_topics=callback_topics,
-        frontier=ConsumerFrontier(timers.app),
+        frontier=view,
         on_fatal=crash,
     )
     store.on_revoked = engine.revoke

@@ -974,6 +974,42 @@ def test_requests_the_stream_skipped_are_read_back_and_applied_in_order(rig):
     assert gaps.reads == [(first.offset + 1, after.offset)]
 
 
+class ReadPastRuns:
+    """Stands for the consumer: the runs of offsets it read past without a record."""
+
+    def __init__(self, *runs: tuple[int, int]) -> None:
+        self.runs = runs
+
+    def holds_no_request(self, topic: str, partition: int, start: int, end: int) -> bool:
+        return any(s <= start and end <= e for s, e in self.runs)
+
+
+def test_a_hole_the_consumer_read_past_is_not_read_back_and_one_it_did_not_is_read_back_whole(rig):
+    # Offsets 1 and 3 hold transaction markers the consumer read past; offset 5 a request it
+    # was never handed (Faust dropped it during a rebalance).
+    first, marker_1, second, marker_2, third, dropped, fourth = (
+        rig.request(timer_id, T_MS) for timer_id in ("a", "marker-1", "b", "marker-2", "c", "dropped", "d")
+    )
+    assert (marker_1.offset, marker_2.offset, dropped.offset) == (1, 3, 5)
+    gaps = FakeGapReader([first, second, third, dropped, fourth])
+    rig.engine = TimerEngine(
+        rig.config,
+        rig.table,
+        KafkaWriter(rig.producer),
+        rig.metrics,
+        clock=lambda: rig.now,
+        gaps=gaps,
+        read_past=ReadPastRuns((1, 2), (3, 4)),
+    )
+    rig.ingest(first, second)
+    rig.ingest(third, fourth)
+
+    assert gaps.reads == [(dropped.offset, fourth.offset)]
+    assert rig.metrics.request_gaps.labels("no-request")._value.get() == 2
+    assert rig.metrics.request_gaps.labels("read-back")._value.get() == 1
+    assert rig.pending_ids() == ["a", "b", "c", "d", "dropped"]
+
+
 def test_a_tick_asks_the_topic_directory_once_per_callback_topic_not_once_per_timer(rig):
     rig.ingest(*(rig.request(f"t{n}", T_MS + n, topic="orders" if n % 2 else "audit") for n in range(40)))
     rig.callback_topics.asked.clear()

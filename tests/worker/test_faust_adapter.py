@@ -31,6 +31,7 @@ from aiokafka.consumer.group_coordinator import GroupCoordinator
 from aiokafka.consumer.subscription_state import SubscriptionState
 from aiokafka.errors import CorruptRecordException
 from aiokafka.record.default_records import DefaultRecordBatchBuilder, _DefaultRecordBatchPy
+from aiokafka.record.memory_records import MemoryRecords
 from aiokafka.structs import TopicPartition
 from faust.exceptions import ConsumerNotStarted
 from faust.sensors.monitor import Monitor
@@ -38,10 +39,11 @@ from faust.stores.base import SerializedStore
 from faust.types import TP
 
 import futures.worker
-from futures.worker import faust_adapter
+from futures.worker import faust_adapter, fetch
 from futures.worker.app import create_app
 from futures.worker.config import WorkerConfig
 from futures.worker.faust_adapter import MIRRORED, RELIES_ON, Reliance
+from tests.worker.simulated_log import SimulatedLog
 
 ROOT = Path(__file__).resolve().parents[2]
 LIBRARIES = {"faust-streaming": "faust", "aiokafka": "aiokafka", "mode-streaming": "mode"}
@@ -153,6 +155,9 @@ async def _instances() -> dict[str, Any]:
             ),
             "aiokafka.consumer.group_coordinator.GroupCoordinator": coordinator,
             "aiokafka.record.default_records._DefaultRecordBatchPy": _DefaultRecordBatchPy(_batch(b"k")),
+            "aiokafka.consumer.fetcher.PartitionRecords": fetcher.PartitionRecords(
+                TopicPartition("t", 0), MemoryRecords(_batch(b"k")), [], 0, None, None, True, 0
+            ),
         }
     finally:
         await coordinator.close()
@@ -285,6 +290,90 @@ def test_the_embedded_profiles_consumer_holds_a_fetch_10_ms_and_a_clusters_faust
     assert asyncio.run(created()) == wait_ms
 
 
+@pytest.mark.parametrize("profile", ["embedded", "cluster"])
+def test_the_workers_consumer_reads_only_committed_transactions(tmp_path: Path, profile: str) -> None:
+    env = {"KAFKA_BOOTSTRAP_SERVERS": "127.0.0.1:1", "TIMERS_DATA_DIR": str(tmp_path)}
+    config = WorkerConfig.from_env({**env, "TIMERS_BROKER_PROFILE": profile})
+    thread = create_app(config, partitions=4).app.consumer._thread
+
+    async def created() -> str:
+        consumer = thread._create_consumer(loop=asyncio.get_running_loop())
+        await consumer.stop()
+        return str(consumer._isolation_level)
+
+    assert asyncio.run(created()) == "read_committed"
+    assert "isolation_level=self._isolation_level" in inspect.getsource(AIOKafkaConsumer.start), (
+        f"AIOKafkaConsumer.start no longer hands _isolation_level to its Fetcher: read_committed in {ADAPTER}"
+    )
+
+
+class _Reporting(faust_adapter.PartitionRecordsBase):
+    def __init__(self, *args: Any) -> None:
+        self.passed: list[tuple[int, int]] = []
+        super().__init__(*args)
+
+    def on_passed(self, tp: Any, start: int, end: int) -> None:
+        self.passed.append((start, end))
+
+
+def _transactional_log() -> SimulatedLog:
+    log = SimulatedLog()
+    log.write([b"plain-0", b"plain-1"])
+    log.write_in_transaction(1, [b"committed-0"])
+    log.write_in_transaction(2, [b"aborted-0", b"aborted-1"])
+    log.write([b"plain-2"])
+    log.write_in_transaction(2, [b"aborted-2"])
+    log.end_transaction(2, commit=False)
+    log.end_transaction(1, commit=True)
+    log.write_in_transaction(1, [b"committed-1"])
+    log.end_transaction(1, commit=True)  # the log ends on a marker
+    return log
+
+
+@pytest.mark.parametrize("lenient", [False, True], ids=["aiokafka's records", "the worker's lenient records"])
+@pytest.mark.parametrize("start", [0, 3, 4, 9])
+def test_a_partitions_reader_reports_every_offset_it_reads_past_and_hands_out_no_aborted_record(
+    lenient: bool, start: int
+) -> None:
+    log = _transactional_log()
+    data, aborted = log.fetch(start, len(log.batches))
+    records = fetch.LenientMemoryRecords(data) if lenient else MemoryRecords(data)
+    reader = _Reporting(
+        TopicPartition("t", 0), records, aborted, start, None, None, True, fetcher.READ_COMMITTED
+    )
+    handed = [(r.offset, r.value) for r in reader]
+
+    assert [v for _, v in handed] == [
+        v
+        for v in [b"plain-0", b"plain-1", b"committed-0", b"plain-2", b"committed-1"]
+        if v in dict(handed).values()
+    ]
+    assert all(not v.startswith(b"aborted") for _, v in handed)
+    assert reader.next_fetch_offset == log.end
+    # Every offset from the fetch offset to the end is either handed out or reported, once.
+    reported = [o for s, e in reader.passed for o in range(s, e)]
+    assert sorted(reported + [o for o, _ in handed]) == list(range(start, log.end))
+
+
+def test_the_fetcher_builds_partition_readers_by_the_name_replaced() -> None:
+    tree = ast.parse(inspect.getsource(fetcher))
+    built = [
+        node
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Call) and getattr(node.func, "id", None) == "PartitionRecords"
+    ]
+    assert built, (
+        f"aiokafka's fetcher no longer calls PartitionRecords by name: use_partition_records in {ADAPTER}"
+    )
+    init = inspect.getsource(fetcher.PartitionRecords.__init__)
+    assert "self._records_iterator = self._unpack_records()" in init, (
+        f"PartitionRecords no longer reads through _unpack_records: PartitionRecordsBase in {ADAPTER}"
+    )
+    assert "self.next_fetch_offset = fetch_offset" in init, (
+        f"PartitionRecords no longer starts at the fetch offset: PartitionRecordsBase in {ADAPTER}"
+    )
+
+
 def test_an_unstarted_consumer_thread_says_so() -> None:
     with pytest.raises(ConsumerNotStarted):
         faust_adapter.started_consumer(_faust_consumer()._thread)
@@ -412,6 +501,8 @@ OVERRIDES = {
     "futures.worker.faust_adapter.ConsumerThreadBase": {"_create_worker_consumer", "_fetch_records"},
     "futures.worker.faust_adapter.StoreBase": {r.name for r in RELIES_ON if r.used_by == "StoreBase"},
     "futures.worker.faust_adapter.LenientPythonBatch": {"_buffer", "_maybe_uncompress"},
+    "futures.worker.faust_adapter.PartitionRecordsBase": {"_unpack_records", "_tp"},
+    "futures.worker.fetch.ReportingPartitionRecords": set(),
     "futures.worker.app.PromptTableManager": {"on_start", "on_partitions_revoked"},
     "futures.worker.store.TimerStore": set(
         "on_start stop persisted_offset set_persisted_offset apply_changelog_batch on_rebalance "

@@ -10,12 +10,19 @@ from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
+from aiokafka.consumer import fetcher
+from aiokafka.record.memory_records import MemoryRecords
+from aiokafka.structs import TopicPartition
 from faust.sensors.monitor import Monitor
 from faust.types import TP
 
-from futures.worker import faust_adapter
+from futures.ingress.records import SourceRecord
+from futures.worker import faust_adapter, fetch
 from futures.worker.app import create_app
 from futures.worker.config import WorkerConfig
+from futures.worker.engine import TimerEngine
+from futures.worker.kafka import KafkaWriter
+from futures.worker.passed import PassedOffsets
 from futures.worker.transport import (
     BACKLOG_STEPS,
     CHUNK_BYTES,
@@ -25,6 +32,9 @@ from futures.worker.transport import (
     TimerConsumerThread,
     route_in_bulk,
 )
+from futures.worker.wiring import ConsumerView
+from tests.worker.rig import T_MS, Kind, Rig
+from tests.worker.simulated_log import SimulatedFetcher, SimulatedLog
 
 
 def records(n: int, size: int, first_ms: int = 1_000, first_offset: int = 0) -> list[SimpleNamespace]:
@@ -88,7 +98,11 @@ def test_applied_requests_count_as_stream_activity_for_fausts_liveness_check(mon
     monkeypatch.setattr(
         faust_adapter, "ack_offsets", lambda consumer, tp, offsets: acked.setdefault(tp, []).extend(offsets)
     )
-    consumer = SimpleNamespace(app=SimpleNamespace(consumer_generation_id=7, monitor=monitor))
+    consumer = SimpleNamespace(
+        app=SimpleNamespace(consumer_generation_id=7, monitor=monitor),
+        _passed=PassedOffsets(),
+        _ack_spans=lambda tp, spans: None,
+    )
     fields = {"topic": tp.topic, "partition": 2, "key": None, "value": b"v", "headers": [], "timestamp": 1}
     batch = [SimpleNamespace(offset=offset, **fields) for offset in (5, 6)]
     before = time.monotonic()
@@ -258,3 +272,174 @@ def test_a_resume_while_requests_are_held_reaches_the_next_fetch(tmp_path: Path)
 
     assert consumer._get_active_partitions() == {request, tick, changelog}
     assert asked == [{tick, changelog}]
+
+
+# -- transactional producers, on a simulated log read by aiokafka's own fetch code -----------------
+
+
+class CountingGapReader:
+    """Reads holes back from the simulated log, counting each read (a round trip on a broker)."""
+
+    def __init__(self, log: SimulatedLog, topic: str) -> None:
+        self.log, self.topic = log, topic
+        self.reads: list[tuple[int, int]] = []
+
+    async def read(self, topic: str, partition: int, start: int, end: int) -> list[SourceRecord]:
+        self.reads.append((start, end))
+        data, aborted = self.log.fetch(start, len(self.log.batches))
+        tp = TopicPartition(topic, partition)
+        # As librdkafka reads them back: committed transactions only.
+        records = fetcher.PartitionRecords(tp, MemoryRecords(data), aborted, start, None, None, True, 1)
+        return [
+            SourceRecord(topic, partition, r.offset, r.key, r.value, (), r.timestamp)
+            for r in records
+            if r.offset < end
+        ]
+
+
+class TransactionalRig:
+    """The worker's consumer (Faust's, with the worker's transport and consumer thread) on one
+    request partition's :class:`SimulatedLog`, handing requests to a real engine (``rig``'s)."""
+
+    def __init__(self, rig: Rig, tmp_path: Path, monkeypatch: Any, log: SimulatedLog) -> None:
+        # What the worker installs at start; put back after the test.
+        monkeypatch.setattr(fetcher, "MemoryRecords", fetcher.MemoryRecords)
+        monkeypatch.setattr(fetcher, "PartitionRecords", fetcher.PartitionRecords)
+        fetch.install()
+        self.rig, self.log = rig, log
+        topics = rig.config.common.topics
+        self.tp = TP(topics.request, 0)
+        config = WorkerConfig.from_env(
+            {"KAFKA_BOOTSTRAP_SERVERS": "127.0.0.1:1", "TIMERS_DATA_DIR": str(tmp_path), "TIMERS_APP_ID": "t"}
+        )
+        self.app = create_app(config, partitions=4).app
+        consumer = self.app.consumer
+        assert isinstance(consumer, TimerConsumer)
+        self.consumer = consumer
+        self.gaps = CountingGapReader(log, topics.request)
+        rig.engine = TimerEngine(
+            rig.config, rig.table, KafkaWriter(rig.producer), rig.metrics, clock=lambda: rig.now,
+            gaps=self.gaps, read_past=ConsumerView(self.app),
+        )  # fmt: skip
+        route_in_bulk(
+            self.app,
+            BulkRoute(
+                frozenset({topics.request}), rig.engine.ingest, topics.oscillator,
+                rig.engine.note_ticks, rig.engine.wake, batch_size=7,
+            ),
+        )  # fmt: skip
+        consumer._active_partitions = {self.tp}
+        self.fetcher: SimulatedFetcher | None = None
+
+    async def _start(self) -> SimulatedFetcher:
+        thread = self.consumer._thread
+        # The aiokafka consumer as the worker's thread builds it (its isolation level included).
+        running = thread._create_consumer(loop=asyncio.get_running_loop())
+        thread._consumer = running
+        sim = SimulatedFetcher(running, {TopicPartition(self.tp.topic, 0): self.log}, max_batches=5)
+
+        async def getmany(active: set[TP], timeout: float) -> Any:
+            return await thread._fetch_records(sim, active, timeout=timeout)
+
+        thread.getmany = getmany
+        return sim
+
+    def consume(self, rounds: int | None = None) -> None:
+        """Read the log to its end (or ``rounds`` times) and apply every request, as the worker's
+        fetch loop does."""
+
+        async def run() -> None:
+            sim = self.fetcher = self.fetcher or await self._start()
+            for _ in range(rounds or 10 * len(self.log.batches) + 10):
+                async for _ in self.consumer.getmany(timeout=0):
+                    pass
+                if (
+                    sim.position(TopicPartition(self.tp.topic, 0)) == self.log.end
+                    and not self.consumer._backlog
+                ):
+                    break
+            await self.rig.engine.landed()
+
+        asyncio.run(run())
+
+    def commit(self) -> int | None:
+        """What Faust's periodic commit commits of the request partition (None: nothing new)."""
+        offset = self.consumer._new_offset(self.tp)
+        if offset is not None:
+            self.consumer._committed_offset[self.tp] = offset
+        return offset
+
+    def books(self) -> int:
+        """Offsets in Faust's ack books, waiting for a commit."""
+        return len(self.consumer._acked[self.tp]) + len(self.consumer._acked_index[self.tp])
+
+
+def test_a_transactional_producers_markers_are_read_past_committed_past_and_never_read_back(
+    rig: Rig, tmp_path: Path, monkeypatch: Any
+) -> None:
+    # Each commit writes a marker that takes an offset no consumer is handed: a hole after
+    # every transaction. Faust commits acked offsets only to the first hole (it lets one pass
+    # per commit), so a worker that did not ack markers advanced one transaction per commit,
+    # its books growing, and read every hole back under the engine lock.
+    log = SimulatedLog()
+    for txn in range(50):
+        requests = [rig.request(f"t{txn}-{i}", T_MS + 60_000 + txn).value or b"" for i in range(3)]
+        log.write_in_transaction(7, requests)
+        log.end_transaction(7, commit=True)
+    worker = TransactionalRig(rig, tmp_path, monkeypatch, log)
+
+    worker.consume()
+
+    assert rig.metrics.scheduled._value.get() == 150
+    assert worker.gaps.reads == [], "holes of transaction markers were read back"
+    assert rig.metrics.request_gaps.labels("no-request")._value.get() == 49
+    assert worker.commit() == log.end, "one commit reaches the end of the partition"
+    assert worker.books() == 0
+
+
+def test_requests_of_aborted_transactions_never_apply(rig: Rig, tmp_path: Path, monkeypatch: Any) -> None:
+    log = SimulatedLog()
+    at = T_MS + 60_000
+    log.write_in_transaction(1, [rig.request("kept", at).value or b""])
+    log.end_transaction(1, commit=True)
+    # An aborted transaction, interleaved with a plain producer's request and another's commit.
+    log.write_in_transaction(2, [rig.request("aborted", at).value or b""])
+    log.write([rig.request("plain", at).value or b""])
+    log.write_in_transaction(2, [rig.cancel("kept").value or b""], timestamp_ms=2_000)
+    log.write_in_transaction(3, [rig.request("committed", at).value or b""])
+    log.end_transaction(2, commit=False)
+    log.end_transaction(3, commit=True)
+    worker = TransactionalRig(rig, tmp_path, monkeypatch, log)
+
+    worker.consume()
+
+    assert sorted(rig.pending_ids()) == ["committed", "kept", "plain"]
+    assert rig.events(Kind.CANCELLED) == [] and rig.dlq() == []
+    assert worker.gaps.reads == []
+    assert worker.commit() == log.end
+    assert worker.books() == 0
+
+
+def test_a_hole_the_consumer_did_not_read_past_is_still_read_back(
+    rig: Rig, tmp_path: Path, monkeypatch: Any
+) -> None:
+    # Records handed out while their partition left Faust's active set (a rebalance under way)
+    # are dropped, the position past them: that hole holds requests, and is read back.
+    log = SimulatedLog()
+    for n in range(3):
+        log.write([rig.request(f"before-{n}", T_MS + 60_000).value or b""])
+    worker = TransactionalRig(rig, tmp_path, monkeypatch, log)
+    worker.consume()
+    dropped = log.write_in_transaction(4, [rig.request("dropped", T_MS + 60_000).value or b""])
+    marker = log.end_transaction(4, commit=True)
+    assert worker.fetcher is not None
+    worker.fetcher.handed_out = lambda: worker.consumer._active_partitions.discard(worker.tp)
+    worker.consume(rounds=1)
+    assert worker.fetcher.position(TopicPartition(worker.tp.topic, 0)) == marker + 1
+    worker.consumer._active_partitions.add(worker.tp)
+    worker.fetcher.handed_out = lambda: None
+    log.write([rig.request("after", T_MS + 60_000).value or b""])
+    worker.consume()
+
+    assert worker.gaps.reads == [(dropped[0], marker + 1)]
+    assert sorted(rig.pending_ids()) == ["after", "before-0", "before-1", "before-2", "dropped"]
