@@ -72,6 +72,8 @@ class WorkerMetrics:
             ["outcome"],
             registry=r,
         )
+        for outcome in ("read-back", "no-request"):
+            self.request_gaps.labels(outcome)  # exported from the start, at 0
         self.ticks = Counter(
             "timers_ticks_total",
             "Ticks by outcome: advanced the clock, duplicate/old (no-op), ahead of the worker clock, invalid",
