@@ -100,6 +100,11 @@ class PassedOffsets:
             del self._spans[tp]
         return acks
 
+    def resume_at(self, tp: Hashable, offset: int) -> None:
+        """The consumer reads ``tp`` from ``offset`` on, every request before it applied: offsets
+        read past from there are acked as they are reported."""
+        self._acked_to[tp] = offset
+
     def forget(self, tp: Hashable) -> None:
         """Nothing more of ``tp`` is to be applied here (revoked)."""
         self._spans.pop(tp, None)

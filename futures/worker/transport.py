@@ -183,6 +183,12 @@ class TimerConsumer(faust_adapter.ConsumerBase):
                              tp, offset, committed)  # fmt: skip
                     seeks[tp] = offset
                 positions[tp] = offset
+        route = _routes.get(self.app)
+        request_topics = route.request_topics if route is not None else frozenset()
+        for tp, position in positions.items():
+            if tp.topic in request_topics and position is not None and position >= 0:
+                # What Faust now counts as committed: a marker right there is acked once read past.
+                self._passed.resume_at(tp, position)
         if seeks:
             # On the consumer's own thread: Faust's ``seek`` runs aiokafka's on the caller's,
             # which drops the partition's fetched records while that thread may be handing

@@ -34,6 +34,16 @@ def test_what_continues_the_applied_requests_is_acked_at_once_the_rest_when_reac
     assert passed.spans(TP) == []
 
 
+def test_offsets_read_past_where_the_consumer_resumes_are_acked_before_any_request() -> None:
+    # A restart resumes just past the last applied request: a marker there is acked as soon as
+    # it is read past, also on a partition that gets no request for a while.
+    passed = PassedOffsets()
+    passed.resume_at(TP, 40)
+    assert passed.add(TP, 40, 41) == [(40, 41)]
+    assert passed.add(TP, 41, 45) == [(41, 45)]
+    assert passed.applied(TP, 45) == []
+
+
 @st.composite
 def logs(draw: st.DrawFn) -> tuple[list[bool], list[tuple[int, int]]]:
     """A partition's offsets (True: a request record, False: no record for the consumer), and the
