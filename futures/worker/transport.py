@@ -207,7 +207,8 @@ class TimerConsumer(faust_adapter.ConsumerBase):
     def note_passed(self, passed: list[tuple[Any, int, int]]) -> None:
         """The runs of offsets ``(tp, start, end)`` the consumer thread's fetches read past without
         a record; from that thread."""
-        self._reported.extend(passed)
+        if _routes.get(self.app) is not None:  # else nothing takes them
+            self._reported.extend(passed)
 
     def holds_no_request(self, topic: str, partition: int, start: int, end: int) -> bool:
         """Whether this consumer read past every offset of ``topic[partition]`` from ``start`` to
@@ -275,7 +276,6 @@ class TimerConsumer(faust_adapter.ConsumerBase):
             return
         # With requests in hand, only take what the fetcher has already: they are applied below.
         records, active = await faust_adapter.wait_next_records(self, 0 if self._backlog else timeout)
-        self._take_passed(route.request_topics)
         if records is None or self.should_stop:
             return
         if not self.flow_active:  # as Faust does: a rebalance is on, positions are reset
@@ -286,6 +286,9 @@ class TimerConsumer(faust_adapter.ConsumerBase):
             except Exception as exc:  # noqa: BLE001 - Faust's own handling: logged, retried
                 log.warning("exception performing seek when flow not active: %r", exc)
             return
+        # Before the step below: the engine may find the holes they explain. Left for later
+        # during a rebalance, so that only what the new assignment applied is acked on.
+        self._take_passed(route.request_topics)
         generation = self.app.consumer_generation_id
         rest = {}
         for tp, batch in records.items():
