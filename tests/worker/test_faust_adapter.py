@@ -504,6 +504,7 @@ OVERRIDES = {
     "futures.worker.faust_adapter.PartitionRecordsBase": {"_unpack_records", "_tp"},
     "futures.worker.fetch.ReportingPartitionRecords": set(),
     "futures.worker.app.PromptTableManager": {"on_start", "on_partitions_revoked"},
+    "futures.worker.web.MetricsServer": {"on_start", "on_stop"},
     "futures.worker.store.TimerStore": set(
         "on_start stop persisted_offset set_persisted_offset apply_changelog_batch on_rebalance "
         "on_recovery_completed backup_partition restore_backup reset_state".split()
