@@ -328,11 +328,13 @@ class TimerEngine:
         owner fires them), with ``owns`` saying False for them from then on. A firing under
         way sends nothing more of them; their precise windows send nothing more. What was
         sent is settled by :meth:`settle_revoked`; what was not stays in the table, for the
-        new owner. The callbacks built ahead for them are dropped.
+        new owner. The callbacks built ahead for them are dropped, and where their sweep stopped
+        is forgotten (another owner may write under the same ``f`` keys meanwhile).
         """
         revoked = set(partitions)
         for partition in revoked:
             self._clocks.pop(partition, None)
+        self._sweep.revoke(revoked)
         if self._precise is not None:
             self._precise.windows.revoke(revoked)
         for partition in revoked:

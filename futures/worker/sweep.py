@@ -24,9 +24,11 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable, Iterable
+from dataclasses import dataclass
 
 from futures.worker.changelog import Ahead, Changes, commit
 from futures.worker.context import EngineContext
+from futures.worker.table import PartitionTimers
 
 #: Fired timers a step tombstones at most: a step holds the engine lock through its changelog
 #: write, so a tick that comes meanwhile waits for it.
@@ -37,16 +39,28 @@ STEP_KEYS = 5000
 SLICE_KEYS = 250
 
 
+@dataclass(frozen=True)
+class _Stopped:
+    """Where a step cut short stopped in a partition: in ``fired_key`` of ``table``, after ``at``
+    of the keys it lists."""
+
+    table: PartitionTimers
+    fired_key: bytes
+    at: int
+
+
 class Sweep:
     def __init__(self, ctx: EngineContext) -> None:
         self._ctx = ctx
         #: Partitions whose tables may hold ``f`` records: every partition the worker fires.
         self._partitions: set[int] = set()
-        #: Where steps cut short stopped, by partition: its ``f`` record and how many of the keys
-        #: it lists are tombstoned. The partition's next step goes on from there: what is swept
-        #: has lost its index entries, and an id among them put again since has not been noted
-        #: (the lookup found no entry), so sweeping it again would take the new entry for stale.
-        self._stopped: dict[int, tuple[bytes, int]] = {}
+        #: Where steps cut short stopped, by partition. The partition's next step goes on from
+        #: there: what is swept has lost its index entries, and an id among them put again since
+        #: has not been noted (the lookup found no entry), so sweeping it again trusting the
+        #: listings would take the new entry for stale. Only in the same table, owned all along:
+        #: ``f`` keys are numbered from the highest the table holds, so another owner, or this
+        #: table rebuilt, may have written another record under the same key (:meth:`revoke`).
+        self._stopped: dict[int, _Stopped] = {}
 
     def note(self, partitions: Iterable[int]) -> None:
         """``partitions`` fire now (or may hold ``f`` records from before a restart). Under the
@@ -58,6 +72,17 @@ class Sweep:
             # what it lists need no reading (PartitionTimers.trust_listings).
             for partition in partitions:
                 self._ctx.tables(partition).trust_listings()
+
+    def revoke(self, partitions: Iterable[int]) -> None:
+        """``partitions`` went elsewhere (a rebalance): another owner may sweep and write under the
+        keys of their ``f`` records before they come back, so a step cut short in one of them
+        starts its record again, reading the index entries of every timer it lists
+        (:meth:`~futures.worker.table.PartitionTimers.end_trust`), as a table that never swept it.
+        Without the engine lock: a step under way stops sweeping them at its next slice."""
+        for partition in partitions:
+            stopped = self._stopped.pop(partition, None)
+            if stopped is not None:
+                stopped.table.end_trust()
 
     async def step(self, max_keys: int = STEP_KEYS, give_way: Callable[[], bool] | None = None) -> bool:
         """Tombstone up to about ``max_keys`` swept timers and their ``f`` records; whether more are left.
@@ -92,10 +117,12 @@ class Sweep:
                     continue
                 part = changes[partition] = Changes()
                 for fired_key, listed in listings:
-                    at = self._resumed(partition, fired_key)
+                    at = self._resumed(partition, table, fired_key)
                     while at < len(listed):
+                        if not ctx.owns(partition):
+                            break  # revoked meanwhile: no resume point (see revoke)
                         if give_way is not None and give_way():
-                            self._stopped[partition] = (fired_key, at)
+                            self._stopped[partition] = _Stopped(table, fired_key, at)
                             await commit(ctx, changes, ahead=ahead)
                             return True
                         unswept = table.unswept(listed[at : at + SLICE_KEYS], fired_key)
@@ -104,15 +131,19 @@ class Sweep:
                         at += SLICE_KEYS
                         left -= SLICE_KEYS
                         await asyncio.sleep(0)
+                    if at < len(listed):
+                        break
                     part.records.append((fired_key, None))
             if changes:
                 await commit(ctx, changes, ahead=ahead)
             return left <= 0
 
-    def _resumed(self, partition: int, fired_key: bytes) -> int:
-        """How many of the keys ``fired_key`` (``partition``'s oldest ``f`` record left) lists a
-        step cut short tombstoned already."""
+    def _resumed(self, partition: int, table: PartitionTimers, fired_key: bytes) -> int:
+        """How many of the keys ``fired_key`` (``partition``'s oldest ``f`` record left in
+        ``table``) lists a step cut short tombstoned already."""
         stopped = self._stopped.pop(partition, None)
-        # Another record: the one it stopped in was swept since (its partition went elsewhere
-        # and came back): this one from the start.
-        return stopped[1] if stopped is not None and stopped[0] == fired_key else 0
+        # Another record (the one it stopped in was swept since), or another table under the
+        # partition (reopened, rebuilt): this one from the start.
+        if stopped is None or stopped.table is not table or stopped.fired_key != fired_key:
+            return 0
+        return stopped.at

@@ -672,6 +672,13 @@ class PartitionTimers:
         if self._trusted_from is None:
             self._trusted_from = self._fired_seq
 
+    def end_trust(self) -> None:
+        """The sweep reads the index entries of every timer listed so far (until
+        :meth:`trust_listings` again): a sweep of a record may start again over timers whose
+        entries it deleted, where an id put again since has an entry no lookup noted."""
+        self._trusted_from = None
+        self._forget_found()
+
     def note_put_again(self, timer_id: str) -> None:
         """``timer_id`` is put again without a lookup (a series' next occurrence): its index
         entry is read before the sweep deletes it."""
@@ -788,8 +795,7 @@ class PartitionTimers:
             # progress that passed it, so the low mark is found anew when next needed. Its
             # puts were not looked up: the sweep reads the entries of what is listed so far.
             self._low_known = False
-            self._trusted_from = None
-            self._forget_found()
+            self.end_trust()
         elif self._low_known:
             self._low_ms = low
 

@@ -74,7 +74,9 @@ class Rig:
         return self.tables[partition]
 
     def close(self) -> None:
-        for table in self.tables.values():
+        """Close the tables (a worker that stops); once, however often called."""
+        tables, self.tables = list(self.tables.values()), {}
+        for table in tables:
             table.close()
 
     # -- input records ------------------------------------------------------
@@ -127,9 +129,9 @@ class Rig:
         value = Cancel(id=timer_id).SerializeToString()
         return self._record(self.topics.request, partition, None, value, (("kt-kind", b"cancel"),))
 
-    def next_offsets_after(self, other: Rig) -> None:
-        """Number the records made from now on past those ``other`` made: another worker reading
-        on the same topics."""
+    def follows(self, other: Rig) -> None:
+        """This worker now reads the topics ``other`` read: its records come after ``other``'s (a
+        partition's next owner)."""
         for where, offset in other._offsets.items():
             self._offsets[where] = max(self._offsets[where], offset)
 

@@ -113,7 +113,7 @@ def test_a_revoked_owners_late_writes_do_not_come_back_on_restore(make_rig: Make
     # recovers what the old owner wrote, and cancels a timer.
     _own(new, 2)
     _restored_into(new, [*written_before, *new.changelog()])
-    new.next_offsets_after(old)  # it reads the requests that follow those the old owner applied
+    new.follows(old)  # it reads the requests that follow those the old owner applied
     new.ingest(new.cancel("cancelled"))
     assert new.pending_ids() == ["kept"]
 

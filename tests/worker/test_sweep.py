@@ -29,7 +29,8 @@ from futures.worker.table import (
 from ktimers.timers_pb2 import Recurrence
 from ktimers.wire import TimerEvent
 from tests.worker.fakes import transient_error
-from tests.worker.rig import T_MS, MakeRig, Rig, T
+from tests.worker.kafka_log import PartitionLog, compact, restore
+from tests.worker.rig import T_MS, MakeRig, Rig, T, new_rig
 from tests.worker.test_series import series
 
 
@@ -191,6 +192,87 @@ def test_each_partitions_sweep_goes_on_where_it_stopped_when_another_was_cut_sho
     assert rig.table(1).fired_listings(10**9) == [] == rig.table(0).fired_listings(10**9)
     assert rig.table(1).due_of("b0000") == T_MS + 9000
     rig.ingest(rig.cancel("b0000", partition=1))
+    assert [e.id for e in rig.events(TimerEvent.Kind.CANCELLED)] == ["b0000"]
+
+
+def test_a_sweep_resumed_after_another_owner_reused_its_records_key_leaves_no_fired_timer_to_compaction(
+    make_rig: MakeRig,
+) -> None:
+    # Owner A's sweep of a 1,000-timer f record is cut short, then the partition goes to B, whose
+    # table, restarted once it swept that record, numbers its next f record the same. A gets the
+    # partition back with that record in its table: its sweep must tombstone every timer of it.
+    log = PartitionLog()
+    a = make_rig(fire_chunk_size=3000)
+    a.ingest(*(a.request(f"a{i:04d}", T_MS + i % 1000) for i in range(1000)))
+    a.tick(T + 1)
+    [first] = [s.key for s in a.changelog() if (s.key or b"").startswith(FIRED_PREFIX)]
+    assert asyncio.run(a.engine._sweep.step(give_way=_cut_after(1)))  # more to sweep
+    a.owned = {1, 2, 3}
+    a.engine.revoke([0])
+    asyncio.run(a.engine.settle_revoked())
+    log.append(a.changelog())
+    a_read, a_wrote = log.end, len(a.changelog())
+
+    b = make_rig(fire_chunk_size=3000)
+    b.follows(a)
+    restore(b.table(0), log.read())
+    b.tick(T + 2)  # notes the partition for its sweep
+    asyncio.run(b.engine.sweep())
+    log.append(b.changelog())
+    b.close()
+    b = new_rig(b.directory, fire_chunk_size=3000)  # B restarts on its data dir
+    try:
+        b.follows(a)
+        b.ingest(*(b.request(f"b{i:04d}", T_MS + 3000 + i % 1000) for i in range(1000)))
+        b.tick(T + 4)
+        assert len(b.fired()) == 1000
+        assert [s.key for s in b.changelog() if (s.key or b"").startswith(FIRED_PREFIX)] == [first]
+        log.append(b.changelog())
+    finally:
+        b.close()
+
+    restore(a.table(0), log.read(a_read))  # A catches up from where its table stopped
+    a.follows(b)
+    a.owned = {0, 1, 2, 3}
+    a.tick(T + 5)
+    asyncio.run(a.engine.sweep())
+    assert a.table(0).fired_listings(10**9) == [] and a.pending_ids() == []
+    log.append(a.changelog()[a_wrote:])
+
+    for name, records in [
+        ("whole", log.read()),
+        ("compacted", compact(log.read())),
+        ("compacted, tombstones expired", compact(log.read(), expire_tombstones=True)),
+    ]:
+        restored = PartitionTimers(a.directory / name)
+        try:
+            restore(restored, records)
+            back = [d.timer_id for d in restored.iter_pending()]
+            assert back == [], f"{name}: {len(back)} fired timers back, {back[:3]}..."
+            assert restored.fired_listings(10**9) == []
+        finally:
+            restored.close()
+
+
+def test_a_sweep_cut_short_before_a_revocation_starts_its_record_again_and_keeps_new_entries(
+    make_rig: MakeRig,
+) -> None:
+    # Revoked and handed straight back (an eager rebalance): the cut sweep starts its record over,
+    # so it meets an id it swept over and that was scheduled again since, whose new index entry
+    # no lookup noted. That entry must stay, or the timer could no longer be cancelled.
+    rig = make_rig(fire_chunk_size=3000)
+    rig.ingest(*(rig.request(f"b{i:04d}", T_MS + i % 1000) for i in range(1000)))
+    rig.tick(T + 1)
+    assert asyncio.run(rig.engine._sweep.step(give_way=_cut_after(2)))
+    rig.owned = {1, 2, 3}
+    rig.engine.revoke([0])
+    rig.owned = {0, 1, 2, 3}
+    rig.ingest(rig.request("b0000", T_MS + 9000))
+    rig.tick(T + 2)
+    asyncio.run(rig.engine.sweep())
+    assert rig.table(0).fired_listings(10**9) == []
+    assert rig.table(0).due_of("b0000") == T_MS + 9000
+    rig.ingest(rig.cancel("b0000"))
     assert [e.id for e in rig.events(TimerEvent.Kind.CANCELLED)] == ["b0000"]
 
 
