@@ -100,5 +100,5 @@ class EngineContext:
         self.lock = lock
         self.owns = owns
         #: Progress records the changelog has not acknowledged yet: awaited without the lock.
-        self.progress = InFlight(writer)
+        self.progress = InFlight(writer, clock)
         self.budget = FireBudget(config.fire_budget_bytes, config.precise)

@@ -8,12 +8,13 @@ import os
 import sys
 from collections.abc import Sequence
 
+from futures.worker.changelog_topic import KafkaTopicConfigs, check_changelog
 from futures.worker.config import WORKER_ENV, WorkerConfig
 from futures.worker.malloc import limit_malloc_arenas
 from ktimers.cli import Parser, command_parser, parse_args
 from ktimers.config import SHARED_ENV
 from ktimers.errors import TimersError
-from ktimers.topics import verify_topics
+from ktimers.topics import admin_client, verify_topics
 
 log = logging.getLogger("futures.worker.main")
 
@@ -37,7 +38,10 @@ def main(argv: Sequence[str] | None = None) -> None:
     level = os.environ.get("TIMERS_LOG_LEVEL", "info").lower()
     try:
         config = WorkerConfig.from_env()
-        partitions = verify_topics(config.common)
+        admin = admin_client(config.common)
+        partitions = verify_topics(config.common, admin=admin)
+        # Before any table is opened: how old one may be and still be caught up exactly.
+        reuse = check_changelog(config.changelog_topic, KafkaTopicConfigs(admin))
     except TimersError as exc:
         print(f"timers-worker: {exc}", file=sys.stderr)
         sys.exit(2)
@@ -47,7 +51,7 @@ def main(argv: Sequence[str] | None = None) -> None:
 
     from futures.worker.wiring import build
 
-    app, _ = build(config, partitions)
+    app, _ = build(config, partitions, reuse)
     session_s, heartbeat_s, rebalance_s = config.group_timeouts
     static = config.instance_id if config.common.kafka.settings.static_membership else None
     log.info(

@@ -21,7 +21,7 @@ what was applied and not acknowledged is applied again, to the same state.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 from futures.worker.kafka import Deliveries, KafkaWriter
@@ -41,8 +41,10 @@ class _Tail:
 class InFlight:
     """Each partition's progress record produced and not yet known delivered (one at most)."""
 
-    def __init__(self, writer: KafkaWriter) -> None:
+    def __init__(self, writer: KafkaWriter, clock: Callable[[], int]) -> None:
         self._writer = writer
+        #: Wall-clock epoch ms: a table whose progress landed held every record of its partition then.
+        self._clock = clock
         self._tails: dict[int, _Tail] = {}
 
     def add(self, partition: int, deliveries: Deliveries, record: Record, table: PartitionTimers) -> None:
@@ -80,4 +82,4 @@ class InFlight:
                 continue
             del self._tails[partition]
             deliveries.raise_first("changelog progress")
-            tail.table.progress_landed(tail.record, deliveries.offsets.get(partition))
+            tail.table.progress_landed(tail.record, deliveries.offsets.get(partition), self._clock())

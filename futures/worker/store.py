@@ -13,6 +13,13 @@ consumer waits for the group to answer its join (:meth:`TimerStore.open_found`,
 in a thread), instead of after the assignment: opening RocksDB replays what the
 dead process left in its write-ahead log, which otherwise stood between the
 assignment and the first timer fired again.
+
+A table is a cache of its changelog partition, and kept only while it can be caught up
+exactly (:meth:`TimerStore.on_rebalance`): the table of a partition assigned elsewhere is
+deleted (its next owner writes tombstones this table would need, and they expire); a table
+found in the data dir, or handed straight back by a rebalance, is reused only if it was current
+recently enough for the changelog to still hold every tombstone written since
+(:class:`~futures.worker.changelog_topic.TableReuse`), and rebuilt from offset 0 otherwise.
 """
 
 from __future__ import annotations
@@ -21,6 +28,7 @@ import asyncio
 import logging
 import re
 import threading
+import time
 from collections import defaultdict
 from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping
 from pathlib import Path
@@ -28,6 +36,7 @@ from typing import Any
 
 from faust.types import TP, EventT
 
+from futures.worker.changelog_topic import DEFAULT_REUSE, TableReuse
 from futures.worker.faust_adapter import StoreBase
 from futures.worker.fencing import OwnerFence
 from futures.worker.table import PartitionTimers, Record
@@ -78,14 +87,14 @@ def _check(fence: OwnerFence, table: PartitionTimers, partition: int, offset: in
         )
 
 
-def _open(path: Path) -> PartitionTimers:
-    """The table at ``path``; a new, empty one where it was marked for a rebuild."""
-    timers = PartitionTimers(path)
-    if timers.stale:
-        log.warning("%s: the table was marked for a rebuild: rebuilding it from the changelog", path)
-        timers.destroy()
-        timers = PartitionTimers(path)
-    return timers
+def _wall_clock_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+def _age(table: PartitionTimers, now_ms: int) -> str:
+    if table.current_ms is None:
+        return "never known current"
+    return f"last current {(now_ms - table.current_ms) / 3_600_000:.1f} h ago"
 
 
 class TimerStore(StoreBase):
@@ -121,6 +130,11 @@ class TimerStore(StoreBase):
         self.on_assigned: Callable[[set[int], int], Awaitable[None]] = _own_nothing
         #: Per assigned partition, what its recovery applies of the changelog.
         self._fences: dict[int, OwnerFence] = {}
+        #: How old a table may be and still be caught up from the changelog: set by the worker
+        #: from the changelog's settings (:func:`~futures.worker.changelog_topic.check_changelog`).
+        self.reuse: TableReuse = DEFAULT_REUSE
+        #: Wall-clock epoch ms.
+        self.clock: Callable[[], int] = _wall_clock_ms
 
     # -- what the engine uses -------------------------------------------------
 
@@ -135,8 +149,22 @@ class TimerStore(StoreBase):
             with self._opening:
                 timers = self._found.pop(partition, None)
                 if timers is None:
-                    timers = _open(self._table_path(partition))
+                    timers = self._new_table(partition)
             self._partitions[partition] = timers
+        return timers
+
+    def _new_table(self, partition: int) -> PartitionTimers:
+        """``partition``'s table as the data dir holds it, or a new one: empty, it holds every
+        record it needs until its recovery from offset 0 passes the first (current now)."""
+        path = self._table_path(partition)
+        created = not path.exists()
+        timers = PartitionTimers(path)
+        if timers.stale:
+            log.warning("%s: the table was marked for a rebuild: rebuilding it from the changelog", path)
+            timers.destroy()
+            timers, created = PartitionTimers(path), True
+        if created:
+            timers.mark_current(self.clock())
         return timers
 
     def _table_path(self, partition: int) -> Path:
@@ -148,9 +176,9 @@ class TimerStore(StoreBase):
         What this worker held before it restarted: opening them while its
         consumer waits for the group, rather than once they are assigned again,
         takes RocksDB's recovery of a killed process's write-ahead log off the
-        path to the first timer fired. Tables that are not assigned again are
-        closed at the assignment (:meth:`on_rebalance`). A table that fails to
-        open here is opened again when assigned, where the error stops the worker.
+        path to the first timer fired. At the assignment (:meth:`on_rebalance`), tables
+        not assigned again are deleted, and those too old to catch up rebuilt. A table that
+        fails to open here is opened again when assigned, where the error stops the worker.
         """
         self._found_began = True
         directory = self.directory
@@ -170,7 +198,7 @@ class TimerStore(StoreBase):
                 if partition in self._partitions or partition in self._found:
                     continue
                 try:
-                    self._found[partition] = _open(self._table_path(partition))
+                    self._found[partition] = self._new_table(partition)
                 except Exception as exc:  # noqa: BLE001 - retried on assignment, where it is fatal
                     log.warning("could not open the timer table of partition %d early: %r", partition, exc)
                     continue
@@ -246,7 +274,7 @@ class TimerStore(StoreBase):
 
         Called as soon as Faust reports a revocation (``PromptTableManager.on_partitions_revoked``),
         before the group rejoins, so before a new owner can fire their timers. Without the
-        lock: the step in progress must not send on. Their tables stay open until the
+        lock: the step in progress must not send on. Their tables stay until the
         assignment (:meth:`on_rebalance`), which may hand them straight back.
         """
         changelog = self.table.changelog_topic.topics
@@ -326,12 +354,25 @@ class TimerStore(StoreBase):
         await self._adopt_found()
         async with self.lock:
             self._owned = {tp.partition for tp in assigned if tp.topic in changelog}
-            # Close what went elsewhere (also tables Faust opened only to read
-            # their persisted offset); a partition revoked and handed straight
-            # back, as the eager protocol does, stays open.
+            # Delete what went elsewhere (also tables Faust opened only to read their persisted
+            # offset): its next owner writes tombstones that expire before it could come back.
+            # A partition revoked and handed straight back, as the eager protocol does, keeps
+            # its table, if it was current recently enough (a worker whose session expired
+            # unnoticed had it taken away meanwhile).
             for partition in set(self._partitions) - self._owned:
-                log.info("closing timer table of partition %d", partition)
-                self._partitions.pop(partition).close()
+                log.info("deleting the timer table of partition %d: assigned elsewhere", partition)
+                self._partitions.pop(partition).destroy()
+            now = self.clock()
+            for partition in sorted(self._owned):
+                timers = self.partition(partition)
+                if not self.reuse.reusable(timers.current_ms, now):
+                    log.info(
+                        "rebuilding the timer table of partition %d from the changelog: %s (reused "
+                        "within %.1f h)", partition, _age(timers, now), self.reuse.max_age_ms / 3_600_000,
+                    )  # fmt: skip
+                    timers.destroy()
+                    del self._partitions[partition]
+                    self.partition(partition)
             fences = {}
             for partition in self._owned:
                 table = self.partition(partition)
@@ -342,6 +383,9 @@ class TimerStore(StoreBase):
 
     async def on_recovery_completed(self, active_tps: set[TP], standby_tps: set[TP]) -> None:
         parts = sorted(tp.partition for tp in active_tps)
+        now = self.clock()
+        for partition in self._owned.intersection(parts):
+            self.partition(partition).mark_current(now)  # read to the changelog's end
         pending = sum(self.partition(p).pending for p in parts)
         self.ready = True
         log.info("timer table ready: partitions %s, %d pending timers", parts, pending)

@@ -22,6 +22,8 @@ key                    value                       in the changelog?
                        the epoch this table's
                        owner writes under (8 each)
 ``m:stale``             empty                       no: rebuild from the changelog
+``m:current``           wall-clock ms (8)           no: when the table last held every
+                                                   record of its changelog partition
 =====================  ==========================  ======================
 
 A firing deletes the timers it fired with ``f`` records, each listing the keys of
@@ -50,6 +52,12 @@ written in the same changelog write after the records it covers, once the dead
 letters and events they caused are delivered, and before the closing
 ``m:progress``; a table written before those existed simply has none (its
 ``m:progress`` offset was, and stays, `timer-request`'s).
+
+A table on disk is a cache of its changelog partition, caught up from its persisted
+offset when its partition is assigned: exact only while the changelog still holds the
+tombstones written since. ``m:current`` says since when (:attr:`PartitionTimers.current_ms`:
+each progress record that lands marks it, as does a completed recovery), and the store
+rebuilds a table whose tombstones may have expired (:mod:`futures.worker.changelog_topic`).
 
 Because the due time leads the key, "every timer due by second s" is one
 forward range scan, and scheduling k timers into one second is k puts.
@@ -122,6 +130,7 @@ PENDING_KEY = b"m:pending"
 OFFSET_KEY = b"m:offset"
 EPOCHS_KEY = b"m:epochs"
 STALE_KEY = b"m:stale"
+CURRENT_KEY = b"m:current"
 
 _I64 = struct.Struct(">q")
 _PROGRESS = struct.Struct(">qq")
@@ -372,6 +381,10 @@ class PartitionTimers:
         self.pending = self._read_int(PENDING_KEY, _U64, 0)
         offset = self._read_int(OFFSET_KEY, _I64, -1)
         self.persisted_offset: int | None = None if offset < 0 else offset
+        current = self._read_int(CURRENT_KEY, _I64, -1)
+        #: When the table last held every record of its changelog partition (wall-clock epoch ms;
+        #: None: never known).
+        self.current_ms: int | None = None if current < 0 else current
         # The low mark (see the module docstring), found by a scan when not known: on
         # opening, and after a changelog replay.
         self._low_ms: int | None = None
@@ -811,20 +824,30 @@ class PartitionTimers:
             compaction_pending=read("rocksdb.estimate-pending-compaction-bytes"),
         )
 
-    def progress_landed(self, record: Record, offset: int | None) -> None:
+    def progress_landed(self, record: Record, offset: int | None, landed_ms: int) -> None:
         """A progress record (:func:`progress_record`) applied in memory landed at changelog
-        ``offset``: the table on disk records it. Skipped once the table is closed (its partition
-        went elsewhere: the changelog, which holds the record, is what the next owner reads)."""
+        ``offset``, seen at ``landed_ms`` (wall-clock epoch ms): the table on disk records it, and
+        that it held every record of the partition then (its owner is the one writer). Skipped once
+        the table is closed (its partition went elsewhere: the changelog, which holds the record,
+        is what the next owner reads)."""
         batch = WriteBatch(raw_mode=True)
         batch.put(*record)
         if offset is not None:
             batch.put(OFFSET_KEY, _I64.pack(offset))
+        batch.put(CURRENT_KEY, _I64.pack(landed_ms))
         try:
             self._db.write(batch)
         except DbClosedError:
             return
         if offset is not None:
             self.persisted_offset = offset
+        self.current_ms = landed_ms
+
+    def mark_current(self, now_ms: int) -> None:
+        """The table holds every record of its changelog partition at ``now_ms`` (wall-clock epoch
+        ms): its recovery is complete, or it is empty and about to be rebuilt from offset 0."""
+        self._db.put(CURRENT_KEY, _I64.pack(now_ms))
+        self.current_ms = now_ms
 
     def set_persisted_offset(self, offset: int) -> None:
         self._db.put(OFFSET_KEY, _I64.pack(offset))

@@ -15,6 +15,7 @@ from confluent_kafka import Producer
 from futures.worker import fetch
 from futures.worker.agents import register_agents
 from futures.worker.app import create_app
+from futures.worker.changelog_topic import TableReuse
 from futures.worker.config import WorkerConfig
 from futures.worker.destinations import CallbackTopics
 from futures.worker.engine import TimerEngine
@@ -44,10 +45,13 @@ class ConsumerView:
         return self._consumer().holds_no_request(topic, partition, start, end)
 
 
-def build(config: WorkerConfig, partitions: int) -> tuple[faust.App, TimerEngine]:
+def build(config: WorkerConfig, partitions: int, reuse: TableReuse) -> tuple[faust.App, TimerEngine]:
+    """The worker's app and engine; ``reuse``: how old a table may be to be caught up rather than
+    rebuilt, from the changelog's settings (:func:`~futures.worker.changelog_topic.check_changelog`)."""
     fetch.install()  # a header key that is not UTF-8 must not stop the consumer
     timers = create_app(config, partitions)
     store = timers.store
+    store.reuse = reuse
     metrics = WorkerMetrics()
     metrics.watch_tables(store.open_partitions)
     kafka, max_bytes = config.common.kafka, config.max_record_bytes

@@ -347,3 +347,22 @@ def test_a_progress_record_that_failed_to_land_stops_the_next_write_to_its_parti
 
     asyncio.run(scenario())
     assert not any(s.key == table_key(T_MS + 9000, "next") for s in rig.changelog(0))
+
+
+def test_a_table_is_current_as_of_the_last_progress_record_it_saw_land(tmp_path: Path) -> None:
+    # Only its owner writes the partition: once a progress record landed, the table holds every
+    # record of it, and a restart reuses it while no tombstone written since can have expired.
+    rig = Rig(tmp_path, WorkerConfig())
+    try:
+        rig.ingest(rig.request("a", T_MS + 60_000))
+        rig.now = T_MS + 5_000
+        rig.tick(T + 5)
+        assert rig.table(0).current_ms == T_MS + 5_010
+        path = rig.table(0).path
+    finally:
+        rig.close()
+    reopened = PartitionTimers(path)
+    try:
+        assert reopened.current_ms == T_MS + 5_010
+    finally:
+        reopened.close()

@@ -10,6 +10,7 @@ import pytest
 from faust.types import TP
 
 from futures.worker.app import create_app
+from futures.worker.changelog_topic import TableReuse
 from futures.worker.config import WorkerConfig
 from futures.worker.table import PartitionTimers, progress_record
 from futures.worker.transport import TimerConsumer
@@ -61,8 +62,75 @@ def test_a_restarted_worker_opens_the_tables_it_finds_before_its_assignment(tmp_
     assert asyncio.run(restart()) == [0, 1, 2]
     # The tables opened early are the ones the worker fires from, state intact...
     assert {p: t.request_offset for p, t in after.open_partitions().items()} == {0: 40, 1: 41}
-    # ...and the one not assigned again was closed at the assignment.
-    PartitionTimers(after.directory / "partition-2.db").close()
+    # ...and the one not assigned again was deleted at the assignment.
+    assert not (after.directory / "partition-2.db").exists()
+    asyncio.run(after.stop())
+
+
+HOUR_MS = 3_600_000
+NOW_MS = 1_800_000_000_000
+
+
+def _config(tmp_path: Path) -> WorkerConfig:
+    return WorkerConfig.from_env(
+        {"KAFKA_BOOTSTRAP_SERVERS": "127.0.0.1:1", "TIMERS_DATA_DIR": str(tmp_path), "TIMERS_APP_ID": "t"}
+    )
+
+
+def test_the_table_of_a_partition_assigned_elsewhere_is_deleted_and_one_handed_straight_back_kept(
+    tmp_path: Path,
+) -> None:
+    # Its next owner writes tombstones (timers fired, cancelled) that Kafka removes a day later:
+    # a table kept until the partition came back would fire those timers again.
+    config = _config(tmp_path)
+    store = create_app(config, partitions=4).store
+    changelog = config.changelog_topic
+    both = {TP(changelog, 0), TP(changelog, 1)}
+    asyncio.run(store.on_rebalance(both, set(), both))
+    for p in (0, 1):
+        store.partition(p).apply([progress_record(1_800_000_000, 40 + p)], offset=p)
+    kept = store.partition(0)
+
+    asyncio.run(store.on_rebalance({TP(changelog, 0)}, both, set()))  # eager: all revoked, 0 back
+
+    assert store.partition(0) is kept and kept.request_offset == 40
+    assert not (store.directory / "partition-1.db").exists()
+    asyncio.run(store.stop())
+
+
+def test_a_table_found_in_the_data_dir_is_reused_only_if_it_was_current_within_the_changelogs_retention(
+    tmp_path: Path,
+) -> None:
+    config = _config(tmp_path)
+    changelog = config.changelog_topic
+    before = create_app(config, partitions=4).store
+    held = {TP(changelog, p) for p in (0, 1)}
+    asyncio.run(before.on_rebalance(held, set(), held))
+    for p in (0, 1):
+        before.partition(p).apply([progress_record(1_800_000_000, 40 + p)], offset=p)
+    before.partition(0).mark_current(NOW_MS - 2 * HOUR_MS)  # its last progress landed 2 h ago
+    before.partition(1).mark_current(NOW_MS - 25 * HOUR_MS)  # a day and an hour ago
+    asyncio.run(before.stop())
+    # Written by a worker that did not record when it was current: nothing proves it is.
+    unknown = PartitionTimers(before.directory / "partition-2.db")
+    unknown.apply([progress_record(1_800_000_000, 42)], offset=2)
+    assert unknown.current_ms is None
+    unknown.close()
+    held.add(TP(changelog, 2))
+
+    after = create_app(config, partitions=4).store
+    after.clock = lambda: NOW_MS
+    after.reuse = TableReuse.after(24 * HOUR_MS)  # Kafka's default delete.retention.ms
+
+    async def restart() -> None:
+        await after.open_found()
+        await after.on_rebalance(held, set(), held)
+
+    asyncio.run(restart())
+    tables = after.open_partitions()
+    assert {p: t.request_offset for p, t in tables.items()} == {0: 40, 1: -1, 2: -1}
+    # Rebuilt: Faust's recovery reads their changelog partitions from offset 0.
+    assert {p: t.persisted_offset for p, t in tables.items()} == {0: 0, 1: None, 2: None}
     asyncio.run(after.stop())
 
 
