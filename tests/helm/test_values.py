@@ -32,6 +32,10 @@ PASS_THROUGH = {"podSecurityContext", "securityContext", "resources"}
         ({"kafka": {"bootstrapServers": "kafka"}}, "/kafka/bootstrapServers"),
         ({"topics": {"names": {"request": "timer request"}}}, "/topics/names/request"),
         ({"worker": {"persistence": {"size": "ten gigs"}}}, "/worker/persistence/size"),
+        (
+            {"worker": {"persistence": {"retentionPolicy": {"whenScaled": "Keep"}}}},
+            "/worker/persistence/retentionPolicy/whenScaled",
+        ),
         ({"oscillator": {"staleAfterSeconds": 1}}, "/oscillator/staleAfterSeconds"),
         ({"metrics": {"prometheusRule": {"watermarkLag": {"for": "5 minutes"}}}}, "/metrics/prometheusRule"),
         ({"worker": {"replica": 3}}, "'replica' not allowed"),

@@ -66,6 +66,22 @@ def test_worker_keeps_rocksdb_on_its_own_volume(render: RenderFn) -> None:
     assert worker["livenessProbe"]["httpGet"]["path"] == "/healthz"
 
 
+def test_a_workers_volume_goes_with_its_pod_unless_told_to_stay(render: RenderFn) -> None:
+    # A cache of the changelog: a table on a volume a scale-in left behind would be rebuilt anyway
+    # once it has aged past the changelog's delete.retention.ms.
+    sts = render({}).one("StatefulSet", "-worker")
+    assert sts["spec"]["persistentVolumeClaimRetentionPolicy"] == {
+        "whenScaled": "Delete",
+        "whenDeleted": "Delete",
+    }
+    kept = {"worker": {"persistence": {"retentionPolicy": {"whenScaled": "Retain", "whenDeleted": "Retain"}}}}
+    sts = render(kept).one("StatefulSet", "-worker")
+    assert sts["spec"]["persistentVolumeClaimRetentionPolicy"] == {
+        "whenScaled": "Retain",
+        "whenDeleted": "Retain",
+    }
+
+
 def test_probes_and_metrics_use_the_ports_the_services_listen_on(render: RenderFn) -> None:
     rendered = render({"oscillator": {"port": 9100}, "worker": {"port": 7070, "metricsPort": 7071}})
     for kind, suffix, probe_key, metrics_key in (
