@@ -281,7 +281,7 @@ WORKER_ENV: tuple[EnvVar, ...] = (
     EnvVar(
         "TIMERS_DATA_DIR",
         default_of(WorkerConfig, "data_dir"),
-        "RocksDB tables (rebuilt from the changelog if lost)",
+        "RocksDB tables, a cache of the changelog (rebuilt when lost or too old to catch up)",
     ),
     EnvVar(
         "TIMERS_WEB_HOST",
