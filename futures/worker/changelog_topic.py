@@ -25,7 +25,9 @@ table in the data dir is a cache of it. Restoring is exact from whatever Kafka h
 
 A broker that does not answer (no DescribeConfigs permission) leaves the retention unknown: the
 worker starts, and rebuilds every table it finds. A changelog that does not exist yet (Faust
-creates it) makes every table found a cache of a log that is gone: rebuilt too. The embedded
+creates it) makes every table found a cache of a log that is gone: rebuilt too. In both cases the
+worker reads the settings again after each rebalance, until it can, for the tables it keeps
+through the next (:attr:`TableReuse.settled`). The embedded
 broker reports only the settings a topic was created with, and never compacts or expires anything.
 """
 
@@ -33,7 +35,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Protocol
 
 from confluent_kafka import KafkaException
@@ -60,12 +62,25 @@ class TableReuse:
 
     #: Reused while younger than this (ms); 0: never reused.
     max_age_ms: int
+    #: What it was decided from, for the worker's log.
+    reason: str = field(default="", compare=False)
+    #: Read from the changelog's settings. Else (not created yet, unreadable) every table found at
+    #: start is rebuilt, and the worker reads them again after each rebalance until it can.
+    settled: bool = field(default=True, compare=False)
 
     @classmethod
-    def after(cls, delete_retention_ms: int) -> TableReuse:
+    def after(cls, delete_retention_ms: int, reason: str = "") -> TableReuse:
         """Reuse within ``delete_retention_ms`` (the changelog's, ms) less the margin."""
         margin = min(REUSE_MARGIN_MS, delete_retention_ms // 2)
-        return cls(max(delete_retention_ms - margin, 0))
+        return cls(max(delete_retention_ms - margin, 0), reason)
+
+    def __str__(self) -> str:
+        if not self.max_age_ms:
+            return f"{self.reason}: every table found in the data dir is rebuilt from the changelog"
+        return (
+            f"{self.reason}: a table is reused if current within {_span(self.max_age_ms)}, "
+            "else rebuilt from the changelog"
+        )
 
     def reusable(self, current_ms: int | None, now_ms: int) -> bool:
         """Whether a table last current at ``current_ms`` (None: never known) is caught up exactly
@@ -74,9 +89,7 @@ class TableReuse:
 
 
 #: What tables are reused with when the worker has not read the changelog's settings (tests).
-DEFAULT_REUSE = TableReuse.after(KAFKA_DELETE_RETENTION_MS)
-#: Nothing is reused: every table found is rebuilt.
-NO_REUSE = TableReuse(0)
+DEFAULT_REUSE = TableReuse.after(KAFKA_DELETE_RETENTION_MS, "Kafka's default delete.retention.ms")
 
 
 class TopicConfigs(Protocol):
@@ -114,38 +127,27 @@ class KafkaTopicConfigs:
 
 
 def check_changelog(topic: str, topics: TopicConfigs) -> TableReuse:
-    """Check ``topic`` keeps what a restore needs, log one line saying what tables are reused
-    with, and return it. Raises :class:`TopicLayoutError` for a changelog that deletes records."""
+    """Check ``topic`` keeps what a restore needs, and say how old a table may be to be reused
+    (its ``str`` is the line the worker logs once its logging is set up). Warns of what an operator
+    should change; raises :class:`TopicLayoutError` for a changelog that deletes records."""
     if not topics.exists(topic):
-        log.info("changelog %s: not created yet; every table found in the data dir is rebuilt", topic)
-        return NO_REUSE
+        return TableReuse(0, f"changelog {topic}: not created yet", settled=False)
     config = topics.config(topic)
     if config is None:
-        log.warning(
-            "changelog %s: settings unreadable (grant DescribeConfigs on it); every table found in the "
-            "data dir is rebuilt from the changelog",
-            topic,
-        )
-        return NO_REUSE
+        return _warned(f"changelog {topic}: settings unreadable (grant DescribeConfigs on it)")
     policy = config.get("cleanup.policy")
     if policy is not None:
         _refuse_deletion(topic, policy, config.get("retention.ms"))
     raw = config.get("delete.retention.ms")
     retention = _int(raw)
     if raw is not None and retention is None:
-        log.warning(
-            "changelog %s: delete.retention.ms=%r is not a number; every table found is rebuilt", topic, raw
-        )
-        return NO_REUSE
-    said = retention is not None
+        return _warned(f"changelog {topic}: delete.retention.ms={raw!r} is not a number")
+    said = "" if retention is not None else ", Kafka's default"
     retention = KAFKA_DELETE_RETENTION_MS if retention is None else retention
-    reuse = TableReuse.after(retention)
-    log.info(
-        "changelog %s: cleanup.policy=%s, delete.retention.ms=%d (%s%s): a table is reused if current "
-        "within %s, else rebuilt from the changelog",
-        topic, policy or "(not reported)", retention, _span(retention), "" if said else ", Kafka's default",
-        _span(reuse.max_age_ms),
-    )  # fmt: skip
+    reason = (
+        f"changelog {topic}: cleanup.policy={policy or '(not reported)'}, "
+        f"delete.retention.ms={retention} ({_span(retention)}{said})"
+    )
     if retention < SHORT_RETENTION_MS:
         log.warning(
             "changelog %s: delete.retention.ms=%d is under %s: a table rebuilt from the changelog must be "
@@ -153,6 +155,12 @@ def check_changelog(topic: str, topics: TopicConfigs) -> TableReuse:
             "--alter --entity-type topics --entity-name %s --add-config delete.retention.ms=%d",
             topic, retention, _span(SHORT_RETENTION_MS), topic, KAFKA_DELETE_RETENTION_MS,
         )  # fmt: skip
+    return TableReuse.after(retention, reason)
+
+
+def _warned(reason: str) -> TableReuse:
+    reuse = TableReuse(0, reason, settled=False)
+    log.warning("%s", reuse)
     return reuse
 
 

@@ -133,6 +133,10 @@ class TimerStore(StoreBase):
         #: How old a table may be and still be caught up from the changelog: set by the worker
         #: from the changelog's settings (:func:`~futures.worker.changelog_topic.check_changelog`).
         self.reuse: TableReuse = DEFAULT_REUSE
+        #: Reads the changelog's settings again, while :attr:`reuse` is not settled (the changelog
+        #: was not created yet when the worker started, or its settings were unreadable).
+        self.recheck: Callable[[], TableReuse] | None = None
+        self._rechecking: asyncio.Task[None] | None = None
         #: Wall-clock epoch ms.
         self.clock: Callable[[], int] = _wall_clock_ms
 
@@ -298,6 +302,7 @@ class TimerStore(StoreBase):
 
     async def on_start(self) -> None:
         await super().on_start()
+        log.info("timer tables: %s", self.reuse)  # here: the worker's logging is set up by now
         # Started with the worker, once its consumer sent its JoinGroup (see open_found).
         self._opening_found = asyncio.ensure_future(self._open_found_soon())
 
@@ -380,6 +385,26 @@ class TimerStore(StoreBase):
             self._fences = fences
             if self._owned:
                 await self.on_assigned(set(self._owned), generation_id)
+        self._recheck_soon()
+
+    def _recheck_soon(self) -> None:
+        """Read the changelog's settings again in the background, if they are not settled: what
+        the next rebalance judges the tables kept through it by (those found at start, judged at
+        the first, stay judged by what was known then)."""
+        if self.reuse.settled or self.recheck is None:
+            return
+        if self._rechecking is None or self._rechecking.done():
+            self._rechecking = asyncio.ensure_future(self._recheck(self.recheck))
+
+    async def _recheck(self, recheck: Callable[[], TableReuse]) -> None:
+        try:
+            reuse = await asyncio.to_thread(recheck)
+        except Exception as exc:  # noqa: BLE001 - tables are rebuilt meanwhile; asked again next time
+            log.warning("could not read the changelog's settings again: %s", exc)
+            return
+        if reuse.settled:
+            log.info("timer tables: %s", reuse)
+        self.reuse = reuse
 
     async def on_recovery_completed(self, active_tps: set[TP], standby_tps: set[TP]) -> None:
         parts = sorted(tp.partition for tp in active_tps)
@@ -417,6 +442,8 @@ class TimerStore(StoreBase):
             for timers in self._partitions.values():
                 timers.close()
             self._partitions.clear()
+        if self._rechecking is not None:
+            self._rechecking.cancel()
         await super().stop()
 
     # -- the generic mapping interface (tools, web views): decoded timer keys --

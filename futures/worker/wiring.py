@@ -15,7 +15,7 @@ from confluent_kafka import Producer
 from futures.worker import fetch
 from futures.worker.agents import register_agents
 from futures.worker.app import create_app
-from futures.worker.changelog_topic import TableReuse
+from futures.worker.changelog_topic import KafkaTopicConfigs, TableReuse, check_changelog
 from futures.worker.config import WorkerConfig
 from futures.worker.destinations import CallbackTopics
 from futures.worker.engine import TimerEngine
@@ -24,6 +24,10 @@ from futures.worker.kafka import LINGER_MS, PRECISE_LINGER_MS, KafkaWriter, prod
 from futures.worker.metrics import WorkerMetrics
 from futures.worker.transport import TimerConsumer
 from futures.worker.web import register_views
+from ktimers.topics import admin_client
+
+#: How long reading the changelog's settings again may take (seconds), in a thread after a rebalance.
+RECHECK_TIMEOUT_S = 5.0
 
 
 class ConsumerView:
@@ -52,6 +56,9 @@ def build(config: WorkerConfig, partitions: int, reuse: TableReuse) -> tuple[fau
     timers = create_app(config, partitions)
     store = timers.store
     store.reuse = reuse
+    store.recheck = lambda: check_changelog(
+        config.changelog_topic, KafkaTopicConfigs(admin_client(config.common), RECHECK_TIMEOUT_S)
+    )
     metrics = WorkerMetrics()
     metrics.watch_tables(store.open_partitions)
     kafka, max_bytes = config.common.kafka, config.max_record_bytes

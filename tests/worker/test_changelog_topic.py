@@ -10,12 +10,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from futures.worker.changelog_topic import (
-    KAFKA_DELETE_RETENTION_MS,
-    NO_REUSE,
-    TableReuse,
-    check_changelog,
-)
+from futures.worker.changelog_topic import KAFKA_DELETE_RETENTION_MS, TableReuse, check_changelog
 from ktimers.errors import TopicLayoutError
 
 TOPIC = "timers-timers-changelog"
@@ -43,6 +38,10 @@ def _kafka(**settings: str) -> dict[str, str]:
 
 def test_a_table_is_reused_within_the_tombstones_retention_less_an_hour() -> None:
     reuse = check_changelog(TOPIC, FakeTopics(_kafka()))
+    assert str(reuse) == (
+        f"changelog {TOPIC}: cleanup.policy=compact, delete.retention.ms=86400000 (24 h): a table is "
+        "reused if current within 23 h, else rebuilt from the changelog"
+    )
     assert reuse == TableReuse(23 * HOUR_MS)
     assert reuse.reusable(NOW_MS - 22 * HOUR_MS, NOW_MS)
     assert not reuse.reusable(NOW_MS - 23 * HOUR_MS, NOW_MS)
@@ -92,21 +91,20 @@ def test_unreadable_settings_or_a_changelog_not_created_yet_reuse_no_table(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
     with caplog.at_level(logging.WARNING):
-        assert check_changelog(TOPIC, FakeTopics(None)) == NO_REUSE
-    assert "DescribeConfigs" in caplog.text
-    assert check_changelog(TOPIC, FakeTopics(_kafka(), exists=False)) == NO_REUSE
-    assert not NO_REUSE.reusable(NOW_MS, NOW_MS)
+        unreadable = check_changelog(TOPIC, FakeTopics(None))
+    assert "DescribeConfigs" in caplog.text and "every table found in the data dir is rebuilt" in caplog.text
+    missing = check_changelog(TOPIC, FakeTopics(_kafka(), exists=False))
+    assert not unreadable.reusable(NOW_MS, NOW_MS) and not missing.reusable(NOW_MS, NOW_MS)
 
 
-@given(
-    st.dictionaries(
-        st.sampled_from(["cleanup.policy", "delete.retention.ms", "retention.ms", "x"]), st.text()
-    )
-)
+SETTINGS = st.sampled_from(["cleanup.policy", "delete.retention.ms", "retention.ms", "x"])
+
+
+@given(st.dictionaries(SETTINGS, st.text()))
 def test_any_settings_give_a_reuse_window_or_a_clear_refusal(config: dict[str, str]) -> None:
     try:
         reuse = check_changelog(TOPIC, FakeTopics(config))
     except TopicLayoutError as exc:
         assert "cleanup.policy" in str(exc)
     else:
-        assert 0 <= reuse.max_age_ms
+        assert 0 <= reuse.max_age_ms and str(reuse).startswith(f"changelog {TOPIC}: ")

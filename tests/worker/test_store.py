@@ -251,3 +251,42 @@ def test_a_worker_resumes_past_its_committed_offsets_on_the_consumers_own_thread
     assert positions[TP(request, 0)] == 42 and positions[TP(request, 1)] == 5
     assert thread.seeks == [(TP(request, 0), 42, thread.thread)]
     timers.store.reset_state()
+
+
+def test_a_worker_started_before_its_changelog_existed_rebuilds_what_it_found_and_reads_the_settings_again(
+    tmp_path: Path,
+) -> None:
+    # What it found caches a changelog that is gone; once Faust has created the new one, its
+    # settings say how long a table kept through a rebalance can be caught up.
+    config = _config(tmp_path)
+    changelog = config.changelog_topic
+    before = create_app(config, partitions=4).store
+    held = {TP(changelog, 0)}
+    asyncio.run(before.on_rebalance(held, set(), held))
+    before.partition(0).apply([progress_record(1_800_000_000, 40)], offset=0)
+    asyncio.run(before.stop())
+
+    after = create_app(config, partitions=4).store
+    after.reuse = TableReuse(0, "changelog t-timers-changelog: not created yet", settled=False)
+    asked: list[int] = []
+
+    def recheck() -> TableReuse:
+        asked.append(1)
+        return TableReuse.after(24 * HOUR_MS, "changelog t-timers-changelog: cleanup.policy=compact")
+
+    after.recheck = recheck
+
+    async def restart() -> tuple[int, int]:
+        await after.open_found()
+        await after.on_rebalance(held, set(), held)
+        rebuilt = after.partition(0).request_offset
+        assert after._rechecking is not None
+        await after._rechecking
+        after.partition(0).apply([progress_record(1_800_000_000, 50)], offset=0)
+        after.partition(0).mark_current(after.clock())
+        await after.on_rebalance(held, held, set())  # handed straight back
+        return rebuilt, after.partition(0).request_offset
+
+    assert asyncio.run(restart()) == (-1, 50)
+    assert asked == [1] and after.reuse.settled
+    asyncio.run(after.stop())
