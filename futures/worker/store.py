@@ -27,6 +27,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import re
+import shutil
 import threading
 import time
 from collections import defaultdict
@@ -185,13 +186,12 @@ class TimerStore(StoreBase):
         fails to open here is opened again when assigned, where the error stops the worker.
         """
         self._found_began = True
-        directory = self.directory
-        found = sorted(
-            int(m.group(1))
-            for m in (_TABLE_DIR.fullmatch(p.name) for p in directory.glob("partition-*.db"))
-            if m is not None
-        )
-        return await asyncio.to_thread(self._open, found)
+        return await asyncio.to_thread(self._open, self._on_disk())
+
+    def _on_disk(self) -> list[int]:
+        """The partitions whose tables are in the data dir."""
+        found = (_TABLE_DIR.fullmatch(p.name) for p in self.directory.glob("partition-*.db"))
+        return sorted(int(m.group(1)) for m in found if m is not None)
 
     def _open(self, partitions: list[int]) -> list[int]:
         opened = []
@@ -367,6 +367,13 @@ class TimerStore(StoreBase):
             for partition in set(self._partitions) - self._owned:
                 log.info("deleting the timer table of partition %d: assigned elsewhere", partition)
                 self._partitions.pop(partition).destroy()
+            # And those found in the data dir that open_found did not get to (none opens them now).
+            for partition in set(self._on_disk()) - self._owned:
+                log.info(
+                    "deleting the timer table of partition %d found in the data dir: assigned elsewhere",
+                    partition,
+                )
+                shutil.rmtree(self._table_path(partition), ignore_errors=True)
             now = self.clock()
             for partition in sorted(self._owned):
                 timers = self.partition(partition)

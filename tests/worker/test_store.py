@@ -90,11 +90,13 @@ def test_the_table_of_a_partition_assigned_elsewhere_is_deleted_and_one_handed_s
     for p in (0, 1):
         store.partition(p).apply([progress_record(1_800_000_000, 40 + p)], offset=p)
     kept = store.partition(0)
+    PartitionTimers(store.directory / "partition-3.db").close()  # found on disk, never opened
 
     asyncio.run(store.on_rebalance({TP(changelog, 0)}, both, set()))  # eager: all revoked, 0 back
 
     assert store.partition(0) is kept and kept.request_offset == 40
     assert not (store.directory / "partition-1.db").exists()
+    assert not (store.directory / "partition-3.db").exists()
     asyncio.run(store.stop())
 
 
