@@ -120,7 +120,8 @@ class Sweep:
                     at = self._resumed(partition, table, fired_key)
                     while at < len(listed):
                         if not ctx.owns(partition):
-                            break  # revoked meanwhile: no resume point (see revoke)
+                            table.end_trust()  # revoked meanwhile: no resume point (see revoke)
+                            break
                         if give_way is not None and give_way():
                             self._stopped[partition] = _Stopped(table, fired_key, at)
                             await commit(ctx, changes, ahead=ahead)

@@ -254,8 +254,9 @@ def test_a_sweep_resumed_after_another_owner_reused_its_records_key_leaves_no_fi
             restored.close()
 
 
-def test_a_sweep_cut_short_before_a_revocation_starts_its_record_again_and_keeps_new_entries(
-    make_rig: MakeRig,
+@pytest.mark.parametrize("revoked", ["after the step", "during the step"])
+def test_a_sweep_cut_short_by_a_revocation_starts_its_record_again_and_keeps_new_entries(
+    make_rig: MakeRig, revoked: str
 ) -> None:
     # Revoked and handed straight back (an eager rebalance): the cut sweep starts its record over,
     # so it meets an id it swept over and that was scheduled again since, whose new index entry
@@ -263,9 +264,24 @@ def test_a_sweep_cut_short_before_a_revocation_starts_its_record_again_and_keeps
     rig = make_rig(fire_chunk_size=3000)
     rig.ingest(*(rig.request(f"b{i:04d}", T_MS + i % 1000) for i in range(1000)))
     rig.tick(T + 1)
-    assert asyncio.run(rig.engine._sweep.step(give_way=_cut_after(2)))
-    rig.owned = {1, 2, 3}
-    rig.engine.revoke([0])
+
+    def revoke() -> None:
+        rig.owned = {1, 2, 3}
+        rig.engine.revoke([0])
+
+    if revoked == "after the step":
+        assert asyncio.run(rig.engine._sweep.step(give_way=_cut_after(2)))
+        revoke()
+    else:
+        slices = _cut_after(2)
+
+        def revoked_after_two_slices() -> bool:
+            if slices():
+                revoke()
+            return False
+
+        asyncio.run(rig.engine._sweep.step(give_way=revoked_after_two_slices))
+        assert rig.table(0).fired_listings(10**9)  # its record is left
     rig.owned = {0, 1, 2, 3}
     rig.ingest(rig.request("b0000", T_MS + 9000))
     rig.tick(T + 2)
