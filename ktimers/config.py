@@ -14,12 +14,17 @@ import enum
 import functools
 import os
 import re
+import ssl
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from ktimers.errors import ConfigError
 
 Env = Mapping[str, str]
+
+#: ``KAFKA_SSL_CA_LOCATION=probe``: librdkafka's word for "the system's CA store" (the chart
+#: sets it when TLS needs no CA of its own); any other value names a CA bundle file.
+SYSTEM_CA_STORE = "probe"
 
 
 @dataclass(frozen=True)
@@ -309,6 +314,26 @@ class KafkaConfig:
             conf["ssl.ca.location"] = self.ssl_ca_location
         return conf
 
+    def ssl_context(self) -> ssl.SSLContext | None:
+        """The TLS context of a Python client (aiokafka, under Faust); None without TLS.
+
+        It trusts what librdkafka's clients trust with the same settings: the system's CA
+        store for ``probe`` or no location, else the CA bundle file named. Raises
+        :class:`ConfigError` when that file cannot be read.
+        """
+        if self.security_protocol not in ("SSL", "SASL_SSL"):
+            return None
+        location = self.ssl_ca_location
+        if location is None or location == SYSTEM_CA_STORE:
+            return ssl.create_default_context()
+        try:
+            return ssl.create_default_context(cafile=location)
+        except (OSError, ssl.SSLError) as exc:
+            raise ConfigError(
+                f"KAFKA_SSL_CA_LOCATION={location!r}: cannot read a CA bundle there ({exc}). "
+                f"Name a PEM file of CA certificates, or {SYSTEM_CA_STORE} for the system's CA store"
+            ) from exc
+
 
 #: What :meth:`KafkaConfig.from_env` reads.
 KAFKA_ENV: tuple[EnvVar, ...] = (
@@ -327,7 +352,11 @@ KAFKA_ENV: tuple[EnvVar, ...] = (
     EnvVar("KAFKA_SASL_PASSWORD", default_of(KafkaConfig, "sasl_password"), "SASL password (never logged)"),
     EnvVar("KAFKA_SASL_USERNAME_FILE", NO_DEFAULT, "file holding the SASL user name, instead of the above"),
     EnvVar("KAFKA_SASL_PASSWORD_FILE", NO_DEFAULT, "file holding the SASL password, instead of the above"),
-    EnvVar("KAFKA_SSL_CA_LOCATION", default_of(KafkaConfig, "ssl_ca_location"), "CA bundle for TLS"),
+    EnvVar(
+        "KAFKA_SSL_CA_LOCATION",
+        default_of(KafkaConfig, "ssl_ca_location"),
+        f"CA bundle file for TLS; {SYSTEM_CA_STORE}: the system's CA store",
+    ),
     EnvVar(
         "TIMERS_BROKER_PROFILE", default_of(KafkaConfig, "profile"), "embedded turns on the Tansu workarounds"
     ),
@@ -480,8 +509,22 @@ TOPICS_ENV: tuple[EnvVar, ...] = (
 #: What :meth:`CommonConfig.from_env` reads: every component's Kafka connection and topics.
 COMMON_ENV: tuple[EnvVar, ...] = KAFKA_ENV + TOPICS_ENV
 
+#: What ``TIMERS_LOG_LEVEL`` may be, as the logging module names the levels.
+LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
+
 #: Read by the services (worker, oscillator, task worker) besides ``COMMON_ENV``.
 LOG_LEVEL_ENV = EnvVar("TIMERS_LOG_LEVEL", "info", "log level: debug, info, warning or error")
+
+
+def env_log_level(env: Env, default: str = "INFO") -> str:
+    """``TIMERS_LOG_LEVEL`` as a :mod:`logging` level name; :class:`ConfigError` for another word."""
+    level = (_get(env, LOG_LEVEL_ENV.name, default) or default).upper()
+    if level not in LOG_LEVELS:
+        raise ConfigError(
+            f"{LOG_LEVEL_ENV.name}={level.lower()!r}: use one of {', '.join(v.lower() for v in LOG_LEVELS)}"
+        )
+    return level
+
 
 #: The table of the variables "shared by all components" in docs/configuration.md.
 SHARED_ENV: tuple[EnvVar, ...] = COMMON_ENV + (LOG_LEVEL_ENV,)

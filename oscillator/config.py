@@ -17,10 +17,8 @@ import os
 import socket
 from dataclasses import dataclass, field
 
-from ktimers.config import CommonConfig, Env, EnvVar, default_of, env_float, env_int
+from ktimers.config import CommonConfig, Env, EnvVar, default_of, env_float, env_int, env_log_level
 from ktimers.errors import ConfigError
-
-LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
 
 
 def default_instance() -> str:
@@ -52,9 +50,7 @@ class OscillatorConfig:
         refresh_s = env_float(env, "TIMERS_OSC_METADATA_REFRESH_S", cls.metadata_refresh_s)
         if refresh_s <= 0:
             raise ConfigError(f"TIMERS_OSC_METADATA_REFRESH_S={refresh_s}: must be positive")
-        log_level = (env.get("TIMERS_LOG_LEVEL") or cls.log_level).upper()
-        if log_level not in LOG_LEVELS:
-            raise ConfigError(f"TIMERS_LOG_LEVEL={log_level!r}: use one of {', '.join(LOG_LEVELS)}")
+        log_level = env_log_level(env, cls.log_level)
         return cls(
             common=CommonConfig.from_env(env),
             instance=env.get("TIMERS_OSC_INSTANCE") or default_instance(),

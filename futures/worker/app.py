@@ -6,7 +6,6 @@ import time, so tests and tools can build apps with their own settings.
 
 from __future__ import annotations
 
-import ssl
 from dataclasses import dataclass
 
 import faust
@@ -57,9 +56,7 @@ def _broker_url(kafka: KafkaConfig, scheme: str = "kafka") -> str:
 
 
 def _credentials(kafka: KafkaConfig) -> faust.types.auth.CredentialsT | None:
-    context = None
-    if kafka.security_protocol in ("SSL", "SASL_SSL"):
-        context = ssl.create_default_context(cafile=kafka.ssl_ca_location)
+    context = kafka.ssl_context()
     if kafka.security_protocol.startswith("SASL"):
         password = kafka.sasl_password.get_secret_value() if kafka.sasl_password else ""
         return faust.SASLCredentials(
