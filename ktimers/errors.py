@@ -13,5 +13,13 @@ class TopicLayoutError(TimersError):
     """Topics are missing or not co-partitioned; the message says how to fix it."""
 
 
+class MissingTopicError(TopicLayoutError):
+    """A topic the service needs does not exist (yet); the message names the command that creates it."""
+
+
+class BrokersUnreachableError(TimersError):
+    """The brokers did not answer in time; the message says what to check."""
+
+
 class DeliveryError(TimersError):
     """Kafka reported that a record could not be delivered."""

@@ -15,8 +15,8 @@ from dataclasses import dataclass
 from confluent_kafka import KafkaException
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from ktimers.config import CommonConfig
-from ktimers.errors import TopicLayoutError
+from ktimers.config import CommonConfig, KafkaConfig
+from ktimers.errors import BrokersUnreachableError, MissingTopicError, TopicLayoutError
 
 log = logging.getLogger(__name__)
 
@@ -48,9 +48,42 @@ def admin_client(common: CommonConfig) -> AdminClient:
     return AdminClient(common.kafka.librdkafka())
 
 
-def partition_counts(admin: AdminClient, names: list[str], timeout_s: float = 10.0) -> dict[str, int]:
-    """Partition count of each existing topic among ``names`` (missing ones are absent)."""
-    metadata = admin.list_topics(timeout=timeout_s)
+def quiet_admin_client(kafka: KafkaConfig) -> AdminClient:
+    """An admin client that logs nothing itself: librdkafka writes a line per failed connection
+    attempt, which buries the one line a service waiting for its brokers prints instead."""
+    return AdminClient({**kafka.librdkafka(), "log_level": 0})
+
+
+def unreachable(
+    kafka: KafkaConfig, reason: object, timeout_s: float | None = None
+) -> BrokersUnreachableError:
+    """The error saying the brokers did not answer, and what to check."""
+    within = "" if timeout_s is None else f" within {timeout_s:g}s"
+    return BrokersUnreachableError(
+        f"cannot reach Kafka at {kafka.bootstrap_servers}{within} ({kafka_reason(reason)}). "
+        "Check KAFKA_BOOTSTRAP_SERVERS, the KAFKA_* security settings and that the brokers are up."
+    )
+
+
+def kafka_reason(reason: object) -> str:
+    """The librdkafka text of an error or exception, without the KafkaError{...} wrapping."""
+    if isinstance(reason, KafkaException) and reason.args:
+        reason = reason.args[0]
+    text = getattr(reason, "str", None)
+    return str(text()) if callable(text) else str(reason)
+
+
+def partition_counts(
+    admin: AdminClient, names: list[str], kafka: KafkaConfig, timeout_s: float = 10.0
+) -> dict[str, int]:
+    """Partition count of each existing topic among ``names`` (missing ones are absent).
+
+    Raises :class:`BrokersUnreachableError` when the brokers do not answer within ``timeout_s``.
+    """
+    try:
+        metadata = admin.list_topics(timeout=timeout_s)
+    except KafkaException as exc:
+        raise unreachable(kafka, exc, timeout_s) from exc
     counts = {}
     for name in names:
         topic = metadata.topics.get(name)
@@ -74,7 +107,7 @@ def create_topics(
     admin = admin or admin_client(common)
     partitions = common.topics.partitions
     specs = [*topic_specs(common), *(TopicSpec(name, partitions, {}) for name in callback_topics)]
-    existing = partition_counts(admin, [s.name for s in specs], timeout_s)
+    existing = partition_counts(admin, [s.name for s in specs], common.kafka, timeout_s)
     missing = [s for s in specs if s.name not in existing]
     created = []
     if missing:
@@ -100,16 +133,18 @@ def create_topics(
 def verify_topics(common: CommonConfig, admin: AdminClient | None = None, timeout_s: float = 10.0) -> int:
     """Check the topics exist and are co-partitioned; return the partition count.
 
-    Raises :class:`TopicLayoutError` with the command that fixes the problem.
+    Raises :class:`TopicLayoutError` with the command that fixes the problem (a
+    :class:`MissingTopicError` when a topic does not exist), :class:`BrokersUnreachableError`
+    when the brokers do not answer.
     """
     admin = admin or admin_client(common)
     t = common.topics
     ingress = [name for name, _ in t.ingress]
     names = [t.oscillator, t.request, t.events, t.dlq, *ingress]
-    counts = partition_counts(admin, names, timeout_s)
+    counts = partition_counts(admin, names, common.kafka, timeout_s)
     missing = [n for n in names if n not in counts]
     if missing:
-        raise TopicLayoutError(
+        raise MissingTopicError(
             f"missing topic(s) {', '.join(missing)} on {common.kafka.bootstrap_servers}. "
             f"Create them with: timers topics create --partitions {t.partitions}"
         )

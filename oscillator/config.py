@@ -3,9 +3,9 @@
 Environment (on top of the shared ``KAFKA_*`` and ``TIMERS_TOPIC_*``):
 
 * ``TIMERS_OSC_INSTANCE``: id written into every tick's ``source`` (default ``<hostname>-<pid>``).
-* ``TIMERS_OSC_HEALTH_HOST`` / ``TIMERS_OSC_HEALTH_PORT``: where ``/healthz`` and ``/metrics``
+* ``TIMERS_OSC_HEALTH_HOST`` / ``TIMERS_OSC_HEALTH_PORT``: where ``/healthz``, ``/readyz`` and ``/metrics``
   listen (default ``127.0.0.1:8090``).
-* ``TIMERS_OSC_STALE_AFTER_S``: ``/healthz`` fails when no tick was delivered for this many
+* ``TIMERS_OSC_STALE_AFTER_S``: ``/readyz`` fails when no tick was delivered for this many
   seconds (default 5).
 * ``TIMERS_OSC_METADATA_REFRESH_S``: how often the partition count is re-read, seconds (default 30).
 * ``TIMERS_LOG_LEVEL``: ``DEBUG``, ``INFO``, ``WARNING`` or ``ERROR`` (default ``INFO``).
@@ -70,17 +70,17 @@ OSCILLATOR_ENV: tuple[EnvVar, ...] = (
     EnvVar(
         "TIMERS_OSC_HEALTH_HOST",
         default_of(OscillatorConfig, "health_host"),
-        "address of /healthz and /metrics",
+        "address of /healthz, /readyz and /metrics",
     ),
     EnvVar(
         "TIMERS_OSC_HEALTH_PORT",
         default_of(OscillatorConfig, "health_port"),
-        "port of /healthz and /metrics; each oscillator on one host needs its own",
+        "port of /healthz, /readyz and /metrics; each oscillator on one host needs its own",
     ),
     EnvVar(
         "TIMERS_OSC_STALE_AFTER_S",
         default_of(OscillatorConfig, "stale_after_s"),
-        "/healthz fails when no tick was delivered for this many seconds (more than 1)",
+        "/readyz fails when no tick was delivered for this many seconds (more than 1)",
     ),
     EnvVar(
         "TIMERS_OSC_METADATA_REFRESH_S",

@@ -1,11 +1,7 @@
-"""Errors of the oscillator; missing topics and delivery failures use the shared ones."""
+"""Errors of the oscillator: it raises only the shared ones (unreachable brokers, missing topics)."""
 
 from ktimers.errors import TimersError
 
 
 class OscillatorError(TimersError):
     """Root of the errors only the oscillator raises."""
-
-
-class MetadataError(OscillatorError):
-    """The brokers did not answer a metadata request in time; the message says what to check."""

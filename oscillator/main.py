@@ -1,9 +1,9 @@
 """Entry point: ``timers-oscillator`` or ``python -m oscillator.main``.
 
-Startup order: parse the command line (``--help``/``--version`` stop there), read
-the partition count (fail fast on a missing topic), create the producer, start the
-health server, log ``oscillator started``, tick until SIGTERM/SIGINT, then flush
-and exit 0.
+Startup order: parse the command line (``--help``/``--version`` stop there), start
+the health server (live, not ready), wait for the brokers and the topic (one line
+says what for; retried with back-off), create the producer, log ``oscillator
+started``, tick until SIGTERM/SIGINT, then flush and exit 0.
 """
 
 from __future__ import annotations
@@ -13,13 +13,14 @@ import sys
 import time
 from collections.abc import Callable, Sequence
 
-from ktimers.cli import Parser, command_parser, parse_args
+from ktimers.cli import EXIT_USAGE, Parser, command_parser, parse_args
 from ktimers.config import SHARED_ENV
-from ktimers.errors import ConfigError, DeliveryError, TimersError
+from ktimers.errors import ConfigError, TimersError
 from ktimers.shutdown import StopFlag
+from ktimers.waiting import wait_for
 from oscillator.clock import TickSchedule
 from oscillator.config import OSCILLATOR_ENV, OscillatorConfig
-from oscillator.health import HealthServer, Liveness
+from oscillator.health import HealthServer, Liveness, Readiness
 from oscillator.metrics import OscillatorMetrics
 from oscillator.partitions import PartitionWatcher, admin_client, partition_reader
 from oscillator.producer import TickProducer, build_producer
@@ -40,12 +41,11 @@ def tick_loop(
     partitions: Callable[[], int],
     stop: StopFlag,
     sleep: Callable[[float], None] = time.sleep,
+    beat: Callable[[], None] = lambda: None,
 ) -> None:
-    """Tick every second until ``stop`` is requested.
-
-    Raises :class:`DeliveryError` when the producer hits a fatal error.
-    """
+    """Tick every second until ``stop`` is requested; ``beat`` on every turn (liveness)."""
     while not stop.requested:
+        beat()
         ticks.poll()
         second = schedule.take()
         if second is None:
@@ -56,56 +56,76 @@ def tick_loop(
 
 def run(config: OscillatorConfig, stop: StopFlag) -> int:
     """Run the oscillator until ``stop`` is requested; return the process exit code."""
-    kafka, topic = config.common.kafka, config.common.topics.oscillator
-    admin = admin_client(kafka)
-    watcher = PartitionWatcher(
-        partition_reader(admin, topic, kafka.bootstrap_servers), config.metadata_refresh_s
-    )
-    try:
-        partitions = watcher.start()
-    except TimersError as exc:
-        log.error("oscillator cannot start: %s", exc)
-        return 1
-
     metrics = OscillatorMetrics()
-    liveness = Liveness(config.stale_after_s)
-    ticks = TickProducer(build_producer(kafka, config.instance), topic, config.instance, metrics, liveness)
+    liveness = Liveness()
+    readiness = Readiness(config.stale_after_s)
     try:
-        health = HealthServer(config.health_host, config.health_port, liveness, metrics)
+        health = HealthServer(config.health_host, config.health_port, liveness, readiness, metrics)
     except OSError as exc:
-        watcher.stop()
         log.error(
             "oscillator cannot start: cannot serve /healthz on %s:%d: %s. "
             "Set TIMERS_OSC_HEALTH_HOST/TIMERS_OSC_HEALTH_PORT to a free address.",
             config.health_host,
             config.health_port,
-            exc,
+            exc.strerror or exc,
         )
-        return 1
+        return EXIT_USAGE
     health.start()
+    try:
+        return _serve(config, stop, liveness, readiness, metrics, health.port)
+    finally:
+        health.stop()
+
+
+def _serve(
+    config: OscillatorConfig,
+    stop: StopFlag,
+    liveness: Liveness,
+    readiness: Readiness,
+    metrics: OscillatorMetrics,
+    port: int,
+) -> int:
+    kafka, topic = config.common.kafka, config.common.topics.oscillator
+    read = partition_reader(admin_client(kafka), topic, kafka)
+
+    def sleep(seconds: float) -> None:
+        liveness.beat()  # waiting is the loop turning too
+        time.sleep(seconds)
+
+    try:
+        partitions = wait_for(
+            read, who="oscillator", log=log, stopped=lambda: stop.requested, sleep=sleep,
+            on_wait=readiness.waiting,
+        )  # fmt: skip
+    except TimersError as exc:
+        log.error("oscillator cannot start: %s", exc)
+        return EXIT_USAGE
+    if partitions is None:
+        log.info("oscillator stopped (%s) before its brokers answered", stop.reason)
+        return 0
+    watcher = PartitionWatcher(read, config.metadata_refresh_s, partitions)
+    watcher.start()
+    readiness.waiting("no tick delivered yet")
+    ticks = TickProducer(
+        lambda: build_producer(kafka, config.instance), topic, config.instance, metrics, readiness
+    )
     log.info(
         "oscillator started: instance=%s topic=%s partitions=%d health=http://%s:%d/healthz",
         config.instance,
         topic,
         partitions,
         config.health_host,
-        health.port,
+        port,
     )
-
-    exit_code = 0
     try:
-        tick_loop(TickSchedule(), ticks, lambda: watcher.count, stop)
-    except DeliveryError as exc:
-        log.error("oscillator stopping: %s", exc)
-        exit_code = 1
+        tick_loop(TickSchedule(), ticks, lambda: watcher.count, stop, beat=liveness.beat)
     finally:
         watcher.stop()
         undelivered = ticks.flush(FLUSH_TIMEOUT_S)
         if undelivered:
             log.warning("%d tick record(s) still undelivered at shutdown", undelivered)
-        health.stop()
-    log.info("oscillator stopped (%s)", stop.reason or "error")
-    return exit_code
+    log.info("oscillator stopped (%s)", stop.reason)
+    return 0
 
 
 def build_parser() -> Parser:
@@ -126,7 +146,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         config = OscillatorConfig.from_env()
     except ConfigError as exc:
         log.error("oscillator cannot start: %s", exc)
-        return 1
+        return EXIT_USAGE
     logging.getLogger().setLevel(config.log_level)
     return run(config, stop)
 

@@ -16,41 +16,37 @@ from confluent_kafka import KafkaException
 from confluent_kafka.admin import AdminClient
 
 from ktimers.config import KafkaConfig
-from ktimers.errors import TimersError, TopicLayoutError
-from oscillator.errors import MetadataError
+from ktimers.errors import MissingTopicError, TimersError, TopicLayoutError
+from ktimers.topics import quiet_admin_client, unreachable
 
 log = logging.getLogger(__name__)
 
 
 def admin_client(kafka: KafkaConfig) -> AdminClient:
-    # AdminClient's stub takes dict[str, str | int | float | bool], and dict is
-    # invariant, so librdkafka()'s dict[str, str] must be copied into that type.
-    conf: dict[str, str | int | float | bool] = {**kafka.librdkafka()}
-    return AdminClient(conf)
+    """An admin client for metadata reads (it logs nothing: the reads' errors say it all)."""
+    return quiet_admin_client(kafka)
 
 
 def partition_reader(
-    admin: AdminClient, topic: str, bootstrap: str, timeout_s: float = 10.0
+    admin: AdminClient, topic: str, kafka: KafkaConfig, timeout_s: float = 5.0
 ) -> Callable[[], int]:
     """A function returning the partition count of ``topic``.
 
-    It raises :class:`TopicLayoutError` when the topic does not exist and
-    :class:`MetadataError` when the broker does not answer within ``timeout_s`` seconds.
+    It raises :class:`MissingTopicError` when the topic does not exist and
+    :class:`BrokersUnreachableError` when the brokers do not answer within ``timeout_s`` seconds.
     Metadata is requested for all topics: asking for the one topic would let a
     broker with auto-creation on create it with its default partition count.
     """
+    bootstrap = kafka.bootstrap_servers
 
     def read() -> int:
         try:
             metadata = admin.list_topics(timeout=timeout_s)
         except KafkaException as exc:
-            raise MetadataError(
-                f"cannot read the metadata of topic {topic!r} from {bootstrap} within {timeout_s:g}s: "
-                f"{exc}. Check KAFKA_BOOTSTRAP_SERVERS and that the brokers are up."
-            ) from exc
+            raise unreachable(kafka, exc, timeout_s) from exc
         found = metadata.topics.get(topic)
         if found is None:
-            raise TopicLayoutError(
+            raise MissingTopicError(
                 f"topic {topic!r} does not exist on {bootstrap}. "
                 f"Create the service's topics with: timers topics create"
             )
@@ -64,25 +60,21 @@ def partition_reader(
 class PartitionWatcher:
     """The current partition count, refreshed every ``refresh_s`` seconds in a daemon thread."""
 
-    def __init__(self, read: Callable[[], int], refresh_s: float) -> None:
+    def __init__(self, read: Callable[[], int], refresh_s: float, count: int) -> None:
         self._read = read
         self._refresh_s = refresh_s
-        self._count: int | None = None
+        self._count = count
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="partition-watcher", daemon=True)
 
     @property
     def count(self) -> int:
-        """The partition count last read; :meth:`start` must have succeeded."""
-        if self._count is None:
-            raise RuntimeError("PartitionWatcher.start() has not succeeded yet")
+        """The partition count last read."""
         return self._count
 
-    def start(self) -> int:
-        """Read the count now (errors propagate: the service cannot tick without it), then keep it fresh."""
-        self._count = self._read()
+    def start(self) -> None:
+        """Keep the count fresh, in the background."""
         self._thread.start()
-        return self._count
 
     def refresh(self) -> None:
         """Re-read the count; on failure keep the last one, since ticks to known partitions stay useful."""

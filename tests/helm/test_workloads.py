@@ -32,9 +32,10 @@ def test_oscillators_are_redundant_spread_and_protected(render: RenderFn) -> Non
     pdb = rendered.one("PodDisruptionBudget", "-oscillator")
     assert _selects(pdb["spec"]["selector"], labels)
     assert pdb["spec"]["maxUnavailable"] < osc["spec"]["replicas"]
+    # Alive while its loop turns; ready while its ticks are acknowledged: a broker outage is no restart.
     probes = containers(osc)[0]
     assert probes["livenessProbe"]["httpGet"]["path"] == "/healthz"
-    assert probes["readinessProbe"]["httpGet"]["path"] == "/healthz"
+    assert probes["readinessProbe"]["httpGet"]["path"] == "/readyz"
 
 
 def test_hard_anti_affinity_and_zone_spread_are_rules(render: RenderFn) -> None:

@@ -1,4 +1,5 @@
-"""/healthz follows deliveries (not produce calls); /metrics serves the oscillator's own registry."""
+"""/healthz follows the loop (alive), /readyz deliveries (not produce calls); /metrics serves the
+oscillator's own registry."""
 
 from __future__ import annotations
 
@@ -8,46 +9,59 @@ from collections.abc import Iterator
 
 import pytest
 
-from oscillator.health import HealthServer, Liveness
+from oscillator.health import HealthServer, Liveness, Readiness
 from oscillator.metrics import OscillatorMetrics
 from tests.oscillator.fakes import FakeClock
 
 
-def test_healthy_during_startup_grace_then_unhealthy_without_a_delivery() -> None:
+def test_not_ready_before_the_first_delivery_saying_what_it_waits_for() -> None:
     clock = FakeClock(100.0)
-    liveness = Liveness(stale_after_s=5.0, clock=clock)
+    readiness = Readiness(stale_after_s=5.0, clock=clock)
+    assert readiness.check() == (False, "no tick delivered yet")
 
-    clock.advance(4.9)
-    assert liveness.check() == (True, "ok")
-    clock.advance(0.2)
-    healthy, reason = liveness.check()
-    assert not healthy
-    assert "no tick delivered" in reason
+    readiness.waiting("cannot reach Kafka at b1:9092")
+    clock.advance(60.0)
+
+    assert readiness.check() == (False, "cannot reach Kafka at b1:9092")
 
 
-def test_a_delivery_keeps_it_healthy_for_stale_after_seconds() -> None:
+def test_a_delivery_keeps_it_ready_for_stale_after_seconds() -> None:
     clock = FakeClock(100.0)
-    liveness = Liveness(stale_after_s=5.0, clock=clock)
-    clock.advance(30.0)  # long past the grace: only the delivery can make it healthy
-    liveness.delivered()
+    readiness = Readiness(stale_after_s=5.0, clock=clock)
+    clock.advance(30.0)
+    readiness.delivered()
 
     clock.advance(5.0)
-    assert liveness.check() == (True, "ok")
+    assert readiness.check() == (True, "ok")
     clock.advance(1.5)
-    healthy, reason = liveness.check()
-    assert not healthy
+    ready, reason = readiness.check()
+    assert not ready
     assert "6.5s ago" in reason
 
 
+def test_alive_while_the_loop_turns_however_long_no_tick_is_delivered() -> None:
+    clock = FakeClock(100.0)
+    liveness = Liveness(stalled_after_s=20.0, clock=clock)
+    for _ in range(600):  # ten minutes of a loop turning without a broker
+        clock.advance(1.0)
+        liveness.beat()
+        assert liveness.check() == (True, "ok")
+
+    clock.advance(20.5)
+    alive, reason = liveness.check()
+    assert not alive
+    assert "has not turned for 20.5s" in reason
+
+
 @pytest.fixture
-def served() -> Iterator[tuple[str, FakeClock, Liveness, OscillatorMetrics]]:
+def served() -> Iterator[tuple[str, FakeClock, Readiness, OscillatorMetrics]]:
     clock = FakeClock(0.0)
-    liveness = Liveness(stale_after_s=5.0, clock=clock)
+    readiness = Readiness(stale_after_s=5.0, clock=clock)
     metrics = OscillatorMetrics()
-    server = HealthServer("127.0.0.1", 0, liveness, metrics)
+    server = HealthServer("127.0.0.1", 0, Liveness(clock=clock), readiness, metrics)
     server.start()
     try:
-        yield f"http://127.0.0.1:{server.port}", clock, liveness, metrics
+        yield f"http://127.0.0.1:{server.port}", clock, readiness, metrics
     finally:
         server.stop()
 
@@ -60,15 +74,16 @@ def get(url: str) -> tuple[int, str]:
         return exc.code, exc.read().decode()
 
 
-def test_healthz_over_http_turns_503_with_a_reason_when_deliveries_stop(served) -> None:
-    base, clock, liveness, _ = served
-    liveness.delivered()
-    assert get(f"{base}/healthz") == (200, "ok")
+def test_readyz_over_http_turns_503_with_a_reason_when_deliveries_stop_healthz_stays_200(served) -> None:
+    base, clock, readiness, _ = served
+    readiness.delivered()
+    assert get(f"{base}/readyz") == (200, "ok")
 
     clock.advance(8.0)
-    status, body = get(f"{base}/healthz")
+    status, body = get(f"{base}/readyz")
     assert status == 503
     assert "last tick delivered 8.0s ago" in body
+    assert get(f"{base}/healthz") == (200, "ok")
 
 
 def test_metrics_over_http_show_deliveries_errors_and_last_second(served) -> None:

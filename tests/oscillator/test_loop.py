@@ -4,11 +4,8 @@ from __future__ import annotations
 
 from collections import defaultdict
 
-import pytest
-
-from ktimers.errors import DeliveryError
 from oscillator.clock import TickSchedule
-from oscillator.health import Liveness
+from oscillator.health import Readiness
 from oscillator.main import MAX_SLEEP_S, StopFlag, tick_loop
 from oscillator.metrics import OscillatorMetrics
 from oscillator.producer import TickProducer
@@ -19,7 +16,7 @@ def run_loop(clock: FakeClock, producer: FakeProducer, until_s: float, partition
     """Run tick_loop on ``clock`` until it reads ``until_s``; each sleep advances the clock."""
     stop = StopFlag()
     ticks = TickProducer(
-        producer, "osc", "osc-a", OscillatorMetrics(), Liveness(5.0, clock=FakeClock(0)), clock
+        lambda: producer, "osc", "osc-a", OscillatorMetrics(), Readiness(5.0, clock=FakeClock(0)), clock
     )
     sleeps: list[float] = []
 
@@ -79,21 +76,27 @@ def test_new_partitions_get_ticks_from_the_next_second() -> None:
     assert per_second == {1_000: {0, 1}, 1_001: {0, 1}, 1_002: {0, 1, 2}}
 
 
-def test_fatal_producer_error_ends_the_loop() -> None:
+def test_a_fatal_producer_error_does_not_end_the_loop_the_next_tick_goes_out_on_a_new_producer() -> None:
     clock = FakeClock(1_000.0)
-    producer = FakeProducer()
+    made: list[FakeProducer] = []
+
+    def producers() -> FakeProducer:
+        made.append(FakeProducer())
+        return made[-1]
+
     stop = StopFlag()
-    ticks = TickProducer(producer, "osc", "osc-a", OscillatorMetrics(), Liveness(5.0), clock)
+    ticks = TickProducer(producers, "osc", "osc-a", OscillatorMetrics(), Readiness(5.0), clock)
 
     def sleep(seconds: float) -> None:
         clock.advance(seconds)
-        producer.deliver(fatal_error())
-        if clock.now > 1_010:
-            stop.request("test")  # only reached if the fatal error went unnoticed
+        made[-1].deliver(fatal_error() if len(made) == 1 else None)
+        if clock.now > 1_003.5:
+            stop.request("test")
 
-    with pytest.raises(DeliveryError):
-        tick_loop(TickSchedule(clock), ticks, lambda: 1, stop, sleep=sleep)
-    assert [r.tick.second for r in producer.records] == [1_000]
+    tick_loop(TickSchedule(clock), ticks, lambda: 1, stop, sleep=sleep)
+
+    assert [r.tick.second for r in made[0].records] == [1_000]
+    assert [r.tick.second for r in made[1].records] == [1_001, 1_002, 1_003]
 
 
 def test_stop_before_the_first_tick_sends_nothing() -> None:
@@ -101,7 +104,7 @@ def test_stop_before_the_first_tick_sends_nothing() -> None:
     stop = StopFlag()
     stop.request("SIGTERM")
     clock = FakeClock(1_000.0)
-    ticks = TickProducer(producer, "osc", "osc-a", OscillatorMetrics(), Liveness(5.0), clock)
+    ticks = TickProducer(lambda: producer, "osc", "osc-a", OscillatorMetrics(), Readiness(5.0), clock)
 
     tick_loop(TickSchedule(clock), ticks, lambda: 4, stop, sleep=lambda s: None)
 

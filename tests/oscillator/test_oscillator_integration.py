@@ -15,6 +15,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from ktimers.broker import free_port
 from ktimers.config import CommonConfig
+from ktimers.topics import create_topics
 from ktimers.wire import Tick
 from oscillator.partitions import admin_client
 
@@ -149,21 +150,38 @@ def test_two_instances_tick_every_partition_twice_a_second(spawn, timers_env) ->
             assert sorted(sources) == ["osc-a", "osc-b"], (partition, second, sources)
 
 
-def test_missing_topic_fails_with_the_fix(spawn, broker_env, unique) -> None:
-    topic = unique("no-such-oscillator")
-    env = {**broker_env, "TIMERS_TOPIC_OSCILLATOR": topic, "TIMERS_OSC_HEALTH_PORT": str(free_port())}
+def test_a_missing_topic_is_waited_for_with_the_fix_and_never_created(spawn, broker_env, unique) -> None:
+    topics = {
+        "TIMERS_TOPIC_OSCILLATOR": unique("late-oscillator"),
+        "TIMERS_TOPIC_REQUEST": unique("late-request"),
+    }
+    port = free_port()
+    env = {**broker_env, **topics, "TIMERS_OSC_HEALTH_PORT": str(port)}
 
     osc = spawn("oscillator", ["-m", "oscillator.main"], env)
-    assert osc.process is not None
-    returncode = osc.process.wait(timeout=20)
+    deadline = time.monotonic() + 20
+    while "waiting: " not in osc.output():
+        assert osc.running and time.monotonic() < deadline, osc.output()
+        time.sleep(0.1)
+    time.sleep(2.0)  # retries: still up, still one line
 
-    assert returncode != 0
-    output = osc.output()
-    assert topic in output
-    assert "timers topics create" in output
+    [line] = [line for line in osc.output().splitlines() if "waiting: " in line]
+    assert topics["TIMERS_TOPIC_OSCILLATOR"] in line and "timers topics create" in line
+    assert get(f"http://127.0.0.1:{port}/healthz")[0] == 200
+    status, reason = get(f"http://127.0.0.1:{port}/readyz")
+    assert status == 503 and "timers topics create" in reason
     # Looking for the topic must not have created it with the broker's default layout.
-    listed = admin_client(CommonConfig.from_env(env).kafka).list_topics(timeout=10).topics
-    assert topic not in listed
+    common = CommonConfig.from_env(env)
+    listed = admin_client(common.kafka).list_topics(timeout=10).topics
+    assert topics["TIMERS_TOPIC_OSCILLATOR"] not in listed
+
+    create_topics(common)
+    osc.wait_for_output("oscillator started", timeout_s=20)
+    deadline = time.monotonic() + 10
+    while get(f"http://127.0.0.1:{port}/readyz")[0] != 200:
+        assert time.monotonic() < deadline, "not ready once the topic is there"
+        time.sleep(0.2)
+    assert osc.stop(timeout_s=10) == 0
 
 
 def test_after_a_pause_it_resumes_at_the_current_second_without_replaying(spawn, timers_env) -> None:

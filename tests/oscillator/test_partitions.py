@@ -1,14 +1,11 @@
-"""The partition count: fatal when unknown at start, followed (or kept) afterwards."""
+"""The partition count: followed (or kept) once known."""
 
 from __future__ import annotations
 
 import logging
 import time
 
-import pytest
-
-from ktimers.errors import TopicLayoutError
-from oscillator.errors import MetadataError
+from ktimers.errors import BrokersUnreachableError, TopicLayoutError
 from oscillator.partitions import PartitionWatcher
 
 
@@ -28,17 +25,10 @@ class Reads:
         return answer
 
 
-def test_missing_topic_at_start_is_an_error() -> None:
-    watcher = PartitionWatcher(Reads(TopicLayoutError("topic 'osc' does not exist")), refresh_s=60)
-
-    with pytest.raises(TopicLayoutError, match="does not exist"):
-        watcher.start()
-
-
 def test_refresh_follows_added_partitions() -> None:
-    watcher = PartitionWatcher(Reads(4, 6), refresh_s=60)
+    watcher = PartitionWatcher(Reads(6), refresh_s=60, count=4)
     try:
-        assert watcher.start() == 4
+        assert watcher.count == 4
         watcher.refresh()
         assert watcher.count == 6
     finally:
@@ -47,8 +37,9 @@ def test_refresh_follows_added_partitions() -> None:
 
 def test_failed_refresh_keeps_ticking_the_known_partitions(caplog) -> None:
     watcher = PartitionWatcher(
-        Reads(4, MetadataError("broker timed out"), TopicLayoutError("topic 'osc' does not exist")),
+        Reads(BrokersUnreachableError("broker timed out"), TopicLayoutError("topic 'osc' does not exist")),
         refresh_s=60,
+        count=4,
     )
     try:
         watcher.start()
@@ -64,7 +55,7 @@ def test_failed_refresh_keeps_ticking_the_known_partitions(caplog) -> None:
 
 
 def test_background_refresh_picks_up_the_new_count() -> None:
-    watcher = PartitionWatcher(Reads(4, 8), refresh_s=0.01)
+    watcher = PartitionWatcher(Reads(8), refresh_s=0.01, count=4)
     try:
         watcher.start()
         for _ in range(200):
