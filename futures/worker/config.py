@@ -172,8 +172,9 @@ class WorkerConfig:
             raise ConfigError("TIMERS_CLOCK_TOLERANCE_MS must be >= 0")
         if self.join_max_wait_s < 0:
             raise ConfigError("TIMERS_JOIN_MAX_WAIT_S must be >= 0 (0: ticks never wait for requests)")
-        if not 0 <= self.web_port <= 65535:
-            raise ConfigError(f"TIMERS_WEB_PORT={self.web_port}: use a port number from 0 to 65535")
+        if not 1 <= self.web_port <= 65535:
+            # Not 0 either: the probes and Prometheus need to know the port.
+            raise ConfigError(f"TIMERS_WEB_PORT={self.web_port}: use a port number from 1 to 65535")
         if self.metrics_port is not None:
             if not 1 <= self.metrics_port <= 65535:
                 raise ConfigError(

@@ -131,7 +131,7 @@ class Dispatcher:
         self._callback_topics = callback_topics
         #: Queues callback records (compiled): :meth:`send` a piece of them, precise mode one at its
         #: millisecond (``put``, its failure under the index given, as a delivery report's).
-        self.callbacks = CallbackQueue(writer.queue, writer.produce, callback_topics.problem)
+        self.callbacks = CallbackQueue(writer.queue, writer.produce_callback, callback_topics.problem)
         # Callback topics of accepted timers, looked up ahead; the oldest beyond MAX_TOPICS are
         # forgotten (a forgotten topic is handed to the directory again with its next timer).
         self._expected: OrderedDict[str, None] = OrderedDict()

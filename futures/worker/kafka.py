@@ -5,21 +5,29 @@ sends what it consumes manages 2-4 k records/s); everything the engine writes go
 through librdkafka in bulk instead, and each step awaits the delivery reports of
 its own records at once.
 
-Two producers. The main one reports every record: a callback's report says whether
-its timer fired, a progress record's its changelog offset. The *quiet* one takes the
-changelog's bulk (a put per timer accepted, a tombstone per timer swept): all a write
-needs of those is that every one was delivered, so it reports only failures
-(``delivery.report.only.error``, which confluent-kafka filters in C), and a write is
-delivered once the quiet producer holds nothing more. Against the embedded broker, a
-record cost the producing thread 1.4-2.0 µs to queue with a delivery callback and have
-its report served, 1.0-1.2 µs quiet. The engine's changelog writes run one at a time
-under its lock, so what the quiet producer holds is the write being awaited.
+Three producers. The main one reports every record it writes for the service's own
+topics: a progress record's report says its changelog offset; events and dead letters.
+The *quiet* one takes the changelog's bulk (a put per timer accepted, a tombstone per
+timer swept): all a write needs of those is that every one was delivered, so it reports
+only failures (``delivery.report.only.error``, which confluent-kafka filters in C), and a
+write is delivered once the quiet producer holds nothing more. Against the embedded
+broker, a record cost the producing thread 1.4-2.0 µs to queue with a delivery callback
+and have its report served, 1.0-1.2 µs quiet. The engine's changelog writes run one at a
+time under its lock, so what the quiet producer holds is the write being awaited. The
+*callbacks* one writes the callbacks, whose reports say whether their timers fired.
+
+The two that write the service's own topics never give a record up
+(``message.timeout.ms`` 0): a write that waits out a broker outage goes on when the
+brokers answer, where one that failed would stop the worker, and a restart cannot bring
+the brokers back. The callbacks give up after :data:`MESSAGE_TIMEOUT_MS`, so one callback
+topic that cannot be written stalls no firing: its timers stay in the table for the next.
 """
 
 from __future__ import annotations
 
 import asyncio
 import functools
+import time
 from collections.abc import Callable, Iterable, Sequence
 from typing import cast
 
@@ -29,9 +37,11 @@ from ktimers.config import KafkaConfig
 from ktimers.errors import DeliveryError
 from ktimers.producer import ANY_PARTITION, ProducerLike, RecordHeaders
 
-#: How long librdkafka retries one record before reporting it failed (ms). A
-#: wait for delivery never lasts longer than this, so one unwritable topic cannot stall firing.
+#: How long librdkafka retries one callback before reporting it failed (ms). A wait for
+#: callbacks never lasts longer than this, so one unwritable topic cannot stall firing.
 MESSAGE_TIMEOUT_MS = 30_000
+#: librdkafka's "retry until delivered", for the records of the service's own topics.
+NEVER_GIVE_UP_MS = 0
 
 
 class Deliveries:
@@ -122,6 +132,10 @@ _POLL_LATER_S = 0.01
 #: How long :meth:`KafkaWriter.delivered` blocks to send the awaited records at once (s).
 SEND_NOW_S = 0.001
 
+#: How long :meth:`KafkaWriter.close` flushes at shutdown (s): within the 60 s Kubernetes grants
+#: a stopping worker, with room for the rest of its shutdown.
+CLOSE_TIMEOUT_S = 30.0
+
 #: librdkafka's default ``message.max.bytes``.
 DEFAULT_MAX_RECORD_BYTES = 1_000_000
 
@@ -143,10 +157,12 @@ def producer_config(
     max_record_bytes: int = DEFAULT_MAX_RECORD_BYTES,
     *,
     quiet: bool = False,
+    callbacks: bool = False,
     linger_ms: int = LINGER_MS,
 ) -> dict[str, str | int | float | bool]:
     """``max_record_bytes``: the largest record it may write (``WorkerConfig.max_record_bytes``);
     ``quiet``: the quiet producer's (see the module docstring), which reports only failures;
+    ``callbacks``: the callbacks producer's, which gives a record up after :data:`MESSAGE_TIMEOUT_MS`;
     ``linger_ms``: :data:`LINGER_MS`, or :data:`PRECISE_LINGER_MS` in precise mode."""
     quiet_only: dict[str, str | int | float | bool] = (
         {"delivery.report.only.error": True, "client.id": "kafka-timers-changelog"} if quiet else {}
@@ -165,7 +181,7 @@ def producer_config(
         # Bounds what a hot second can buffer (librdkafka's default is 1 GB);
         # produce() then waits for room (see KafkaWriter.produce).
         "queue.buffering.max.kbytes": 128 * 1024,
-        "message.timeout.ms": MESSAGE_TIMEOUT_MS,
+        "message.timeout.ms": MESSAGE_TIMEOUT_MS if callbacks else NEVER_GIVE_UP_MS,
         "message.max.bytes": max_record_bytes,
     }
 
@@ -179,18 +195,23 @@ class KafkaWriter:
         max_record_bytes: int = DEFAULT_MAX_RECORD_BYTES,
         *,
         quiet: ProducerLike | None = None,
+        callbacks: ProducerLike | None = None,
     ) -> None:
         """``quiet``: the producer of :meth:`produce_many` (``producer`` itself if None: a
-        quiet record is then delivered once ``producer`` holds nothing more)."""
+        quiet record is then delivered once ``producer`` holds nothing more); ``callbacks``:
+        the producer of :attr:`queue` and :meth:`produce_callback` (``producer`` if None)."""
         self._producer = producer
         self._quiet = producer if quiet is None else quiet
+        self._callbacks = producer if callbacks is None else callbacks
+        #: Each producer once, for the calls that serve or flush them all.
+        self._all = tuple({id(p): p for p in (producer, self._quiet, self._callbacks)}.values())
         #: The producer's own ``produce``, for loops that queue many records: one call into
         #: librdkafka and nothing else. On ``BufferError`` or ``KafkaException`` they fall back to
         #: :meth:`produce`, which waits for room or reports the refusal. Called with positional
         #: arguments (:class:`~ktimers.producer.ProducerLike`): confluent-kafka parses keywords
         #: at every call, and a record with headers and a delivery callback took 4.7 µs to queue
         #: with them, 3.7 µs without; a changelog record 2.1 µs and 1.5 µs.
-        self.queue = producer.produce
+        self.queue = self._callbacks.produce
         #: The producer's ``message.max.bytes``: dead letters are cut to fit it.
         self.max_record_bytes = max_record_bytes
 
@@ -209,15 +230,42 @@ class KafkaWriter:
 
         ``headers`` must be a list (librdkafka takes no other sequence); ``partition``
         :data:`ANY_PARTITION` lets the producer's partitioner choose.
-        Events, dead letters, progress records, and a callback the compiled queue's own call
-        into librdkafka could not queue.
+        Events, dead letters and progress records: kept until delivered.
         """
+        self._produce_into(self._producer, topic, key, value, headers, partition, deliveries, index)
+
+    def produce_callback(
+        self,
+        topic: str,
+        key: bytes | None,
+        value: bytes | None,
+        *,
+        headers: Sequence[tuple[str, str | bytes | None]] | None = None,
+        partition: int = ANY_PARTITION,
+        deliveries: Deliveries | None = None,
+        index: int | None = None,
+    ) -> None:
+        """:meth:`produce` for a callback the compiled queue's own call into librdkafka
+        (:attr:`queue`) could not queue: through the callbacks producer."""
+        self._produce_into(self._callbacks, topic, key, value, headers, partition, deliveries, index)
+
+    @staticmethod
+    def _produce_into(
+        producer: ProducerLike,
+        topic: str,
+        key: bytes | None,
+        value: bytes | None,
+        headers: Sequence[tuple[str, str | bytes | None]] | None,
+        partition: int,
+        deliveries: Deliveries | None,
+        index: int | None,
+    ) -> None:
         if deliveries is None:
             report = None
         else:
             deliveries.pending += 1
             report = deliveries.on_delivery if index is None else functools.partial(deliveries.report, index)
-        _queue_into(self._producer, topic, key, value, partition, report, headers)
+        _queue_into(producer, topic, key, value, partition, report, headers)
 
     def produce_many(
         self,
@@ -263,24 +311,28 @@ class KafkaWriter:
         are Python either way, and served on a thread (the way librdkafka's blocking calls
         would) every batch of them cost a handover of the GIL with the loop.
         """
-        producer, quiet = self._producer, self._quiet
+        quiet = self._quiet
         waits_quiet = any(group.quiet for group in groups)
         waits_reports = any(group.pending for group in groups)
         if not waits_quiet and not waits_reports:
             return
+        flushed: list[ProducerLike] = []
         if waits_reports:
+            flushed += (
+                [self._producer] if self._callbacks is self._producer else [self._producer, self._callbacks]
+            )
+        if waits_quiet and all(quiet is not p for p in flushed):
+            flushed.append(quiet)
+        for producer in flushed:
             producer.flush(SEND_NOW_S)
-        if waits_quiet and quiet is not producer:
-            quiet.flush(SEND_NOW_S)
         waited = 0.0
         while True:
-            producer.poll(0)
-            if waits_quiet and quiet is not producer:
-                quiet.poll(0)
+            for producer in self._all:
+                producer.poll(0)
             if not any(group.pending for group in groups) and not (waits_quiet and len(quiet)):
                 return
-            # librdkafka reports every record within MESSAGE_TIMEOUT_MS, so this ends; a long
-            # wait (an unreachable broker) checks less often.
+            # A callback is reported within MESSAGE_TIMEOUT_MS, a record of the service's own
+            # topics once the brokers took it; a long wait (an outage) checks less often.
             pause = _POLL_SOON_S if waited < _POLL_SOON_FOR_S else _POLL_LATER_S
             await asyncio.sleep(pause)
             waited += pause
@@ -289,14 +341,14 @@ class KafkaWriter:
         """Serve the delivery reports that came, without waiting (the producer of :meth:`produce`)."""
         self._producer.poll(0)
 
-    def _flush_blocking(self) -> None:
-        # librdkafka reports every record within MESSAGE_TIMEOUT_MS, so this ends.
-        for producer in {id(p): p for p in (self._producer, self._quiet)}.values():
-            while producer.flush(1.0) > 0:
-                pass
-
-    def close(self) -> None:
-        self._flush_blocking()
+    def close(self, timeout_s: float = CLOSE_TIMEOUT_S) -> int:
+        """Flush every producer for at most ``timeout_s`` seconds in all; how many records are
+        left undelivered (the brokers are away: what they hold is written again after a restart)."""
+        deadline = time.monotonic() + timeout_s
+        left = 0
+        for producer in self._all:
+            left += producer.flush(max(0.0, deadline - time.monotonic()))
+        return left
 
 
 def _queue_into(

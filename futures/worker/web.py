@@ -20,6 +20,7 @@ from prometheus_client import CONTENT_TYPE_LATEST
 
 from futures.worker.admin.actions import TimerActions
 from futures.worker.admin.views import register_admin
+from futures.worker.brokers import BrokerWatch
 from futures.worker.config import WorkerConfig
 from futures.worker.kafka import KafkaWriter
 from futures.worker.metrics import WorkerMetrics
@@ -34,10 +35,12 @@ def register_views(
     config: WorkerConfig,
     status: WorkerStatus,
     writer: KafkaWriter,
+    brokers: BrokerWatch,
 ) -> None:
-    """``/metrics`` (Prometheus), ``/healthz`` (liveness: the event loop answers),
-    ``/readyz`` (readiness: partitions assigned and their tables recovered), and the
-    admin API (``/api/...``) and page (``/admin/``), see :mod:`futures.worker.admin`."""
+    """``/metrics`` (Prometheus), ``/healthz`` (liveness: the event loop answers, whatever the
+    brokers do), ``/readyz`` (readiness: partitions assigned, their tables recovered and the
+    brokers reachable), and the admin API (``/api/...``) and page (``/admin/``), see
+    :mod:`futures.worker.admin`."""
     without_builtin_views(app)
 
     @app.page("/metrics")
@@ -51,6 +54,11 @@ def register_views(
     @app.page("/readyz")
     async def ready_view(web: Any, request: Any) -> Any:
         partitions = sorted(store.open_partitions())
+        if not brokers.reachable:
+            return web.json(
+                {"status": "brokers unreachable", "reason": brokers.reason, "partitions": partitions},
+                status=503,
+            )
         if store.ready:
             return web.json({"status": "ready", "partitions": partitions})
         return web.json({"status": "recovering", "partitions": partitions}, status=503)

@@ -7,6 +7,7 @@ without importing Faust (about a second).
 from __future__ import annotations
 
 import asyncio
+import logging
 from typing import Any
 
 import faust
@@ -16,6 +17,7 @@ from futures.worker import fetch
 from futures.worker.agents import register_agents
 from futures.worker.app import create_app
 from futures.worker.changelog_topic import KafkaTopicConfigs, TableReuse, check_changelog
+from futures.worker.brokers import BrokerWatch
 from futures.worker.config import WorkerConfig
 from futures.worker.destinations import CallbackTopics
 from futures.worker.engine import TimerEngine
@@ -28,6 +30,8 @@ from ktimers.topics import admin_client
 
 #: How long reading the changelog's settings again may take (seconds), in a thread after a rebalance.
 RECHECK_TIMEOUT_S = 5.0
+
+log = logging.getLogger(__name__)
 
 
 class ConsumerView:
@@ -65,8 +69,9 @@ def build(config: WorkerConfig, partitions: int, reuse: TableReuse) -> tuple[fau
     linger_ms = PRECISE_LINGER_MS if config.precise else LINGER_MS
     producer = Producer(producer_config(kafka, max_bytes, linger_ms=linger_ms))
     quiet = Producer(producer_config(kafka, max_bytes, quiet=True, linger_ms=linger_ms))
-    writer = KafkaWriter(producer, max_bytes, quiet=quiet)
-    callback_topics = CallbackTopics.of_producer(producer)
+    callbacks = Producer(producer_config(kafka, max_bytes, callbacks=True, linger_ms=linger_ms))
+    writer = KafkaWriter(producer, max_bytes, quiet=quiet, callbacks=callbacks)
+    callback_topics = CallbackTopics.of_producer(callbacks)
     metrics.watch_callback_topics(lambda: callback_topics.forgotten)
     crashing: set[asyncio.Task[None]] = set()
 
@@ -100,13 +105,18 @@ def build(config: WorkerConfig, partitions: int, reuse: TableReuse) -> tuple[fau
         await store.settle_revoked()
 
     register_agents(timers.app, engine, config)
-    register_views(timers.app, metrics, store, config, engine.status, writer)
+    brokers = BrokerWatch(config.common.kafka, config.common.topics.request)
+    brokers.start()
+    register_views(timers.app, metrics, store, config, engine.status, writer, brokers)
 
     # mode types receivers with a positional-only sender that no def can spell.
     @timers.app.on_before_shutdown.connect  # type: ignore[arg-type]
     def flush_on_shutdown(sender: Any, *args: Any, signal: Any, **kwargs: Any) -> None:
         # Each engine step flushes before it returns; this catches a step cut short.
-        writer.close()
+        brokers.stop()
+        left = writer.close()
+        if left:
+            log.warning("%d record(s) not delivered at shutdown: written again after a restart", left)
         callback_topics.close()
 
     return timers.app, engine

@@ -7,7 +7,8 @@ import asyncio
 import pytest
 from confluent_kafka import KafkaError
 
-from futures.worker.kafka import Deliveries, KafkaWriter
+from futures.worker.kafka import MESSAGE_TIMEOUT_MS, Deliveries, KafkaWriter, producer_config
+from ktimers.config import KafkaConfig
 from ktimers.errors import DeliveryError
 from tests.worker.fakes import FakeProducer
 
@@ -74,3 +75,30 @@ def test_a_quiet_record_refused_by_produce_fails_its_write():
     asyncio.run(writer.delivered(deliveries))
     [(error, _)] = deliveries.failed
     assert error.code() == KafkaError.MSG_SIZE_TOO_LARGE
+
+
+def test_the_service_topics_records_wait_out_an_outage_the_callbacks_give_up():
+    kafka = KafkaConfig()
+    # librdkafka's 0: retried until delivered, so a durable write waits for the brokers instead
+    # of failing (which stopped the worker after 30 s of outage).
+    assert producer_config(kafka)["message.timeout.ms"] == 0
+    assert producer_config(kafka, quiet=True)["message.timeout.ms"] == 0
+    assert producer_config(kafka, callbacks=True)["message.timeout.ms"] == MESSAGE_TIMEOUT_MS
+
+
+def test_callbacks_go_through_the_callbacks_producer_the_service_topics_records_do_not():
+    main, quiet, callbacks = FakeProducer(), FakeProducer(only_errors=True), FakeProducer()
+    writer = KafkaWriter(main, quiet=quiet, callbacks=callbacks)
+    deliveries = Deliveries()
+    writer.queue("cb-orders", b"payload", b"k", 0, deliveries.on_delivery)
+    deliveries.pending += 1
+    writer.produce_callback("cb-orders", b"k2", b"payload", deliveries=deliveries)
+    writer.produce("timer-events", b"e", b"event", deliveries=deliveries)
+    writer.produce_many("changelog", 0, [(b"t", b"timer")], deliveries)
+
+    asyncio.run(writer.delivered(deliveries))
+
+    assert [s.topic for s in callbacks.sent] == ["cb-orders", "cb-orders"]
+    assert [s.topic for s in main.sent] == ["timer-events"]
+    assert [s.topic for s in quiet.sent] == ["changelog"]
+    assert deliveries.pending == 0 and deliveries.failed == []

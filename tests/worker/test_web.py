@@ -19,6 +19,7 @@ from aiohttp.test_utils import TestClient, TestServer
 
 from futures.worker.admin import openapi
 from futures.worker.admin.queries import PAYLOAD_PREVIEW_BYTES
+from futures.worker.brokers import BrokerWatch
 from futures.worker.config import WorkerConfig
 from futures.worker.metrics import WorkerMetrics
 from futures.worker.status import WorkerStatus
@@ -130,7 +131,13 @@ def tables(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[int, Parti
 def worker_app(config: WorkerConfig, tables: dict[int, PartitionTimers]) -> faust.App:
     app = faust.App("web-test", broker="kafka://127.0.0.1:1")
     register_views(
-        app, WorkerMetrics(), cast(Any, HeldTables(tables)), config, WorkerStatus(), cast(Any, None)
+        app,
+        WorkerMetrics(),
+        cast(Any, HeldTables(tables)),
+        config,
+        WorkerStatus(),
+        cast(Any, None),
+        BrokerWatch(config.common.kafka, "timer-request"),
     )
     app.web.init_server()  # what a starting worker does: Faust adds its blueprints here
     return app

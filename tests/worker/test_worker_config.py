@@ -114,6 +114,7 @@ def test_late_policy_is_case_insensitive(value):
         ("TIMERS_BROKER_PROFILE", "tansu"),
         ("TIMERS_MAX_DUE_AHEAD_S", "-1"),
         ("TIMERS_WEB_PORT", "70000"),
+        ("TIMERS_WEB_PORT", "0"),
         ("TIMERS_INSTANCE_ID", "worker 1"),
         ("TIMERS_SESSION_TIMEOUT_S", "6s"),
         ("TIMERS_HEARTBEAT_S", "0"),
