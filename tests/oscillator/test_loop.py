@@ -4,11 +4,12 @@ from __future__ import annotations
 
 from collections import defaultdict
 
+from ktimers.shutdown import StopFlag
 from oscillator.clock import TickSchedule
 from oscillator.health import Readiness
-from oscillator.main import MAX_SLEEP_S, StopFlag, tick_loop
 from oscillator.metrics import OscillatorMetrics
 from oscillator.producer import TickProducer
+from oscillator.service import MAX_SLEEP_S, tick_loop
 from tests.oscillator.fakes import FakeClock, FakeProducer, fatal_error
 
 
