@@ -191,6 +191,18 @@ def main(argv: Sequence[str] | None = None) -> int:
         )
     except KeyboardInterrupt:
         return 130
+    except BrokenPipeError:
+        return _output_closed()
+
+
+def _output_closed() -> int:
+    """The reader of our output went away (``timers watch … | head`` once ``head`` has its lines):
+    stop quietly, as Unix tools do. Python would otherwise report the failed flush of stdout
+    at exit, so it is pointed at /dev/null first."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())
+    os.close(devnull)
+    return 0
 
 
 def _fail(message: str, prog: str = "timers") -> int:

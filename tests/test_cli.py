@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 import time
 from datetime import UTC, datetime
+from pathlib import Path
 
 import pytest
 from confluent_kafka import TIMESTAMP_CREATE_TIME, TIMESTAMP_NOT_AVAILABLE
@@ -16,6 +19,8 @@ from futures.durations import parse_duration, parse_instant
 from ktimers.config import CommonConfig
 from ktimers.wire import Future
 from tests.client.test_client import FakeProducer
+
+REPO = Path(__file__).resolve().parents[1]
 
 
 @pytest.mark.parametrize(
@@ -254,3 +259,26 @@ def test_watch_output_shows_lateness_of_a_callback_whenever_it_is_read():
 def test_watch_output_of_a_plain_record_has_no_lateness():
     out = record_json(FakeMessage(None, b"hello", None))
     assert out == {"partition": 3, "offset": 17, "key": None, "value": "hello", "headers": {}}
+
+
+def test_watch_into_a_reader_that_stops_early_ends_quietly_with_status_0():
+    # `timers watch TOPIC | head -1`: the records printed after head has exited hit a closed pipe.
+    code = (
+        "import sys\n"
+        "import futures.cli as cli\n"
+        "def records(args):\n"
+        "    for offset in range(100_000):\n"
+        "        cli._print_json({'offset': offset})\n"
+        "    return 0\n"
+        "cli._watch = records\n"
+        "sys.exit(cli.main(['watch', 'cb-orders']))\n"
+    )
+    child = subprocess.Popen(
+        [sys.executable, "-c", code], stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=REPO
+    )
+    assert child.stdout is not None and child.stderr is not None
+    assert json.loads(child.stdout.readline()) == {"offset": 0}
+    child.stdout.close()  # what head does once it has its line
+
+    assert child.wait(timeout=30) == 0
+    assert child.stderr.read().decode() == ""
