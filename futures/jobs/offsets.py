@@ -19,8 +19,10 @@ from dataclasses import dataclass, field
 from typing import Any, Self
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
+from confluent_kafka.admin import ClusterMetadata
 
 from futures.jobs.errors import SourceError
+from ktimers.topics import kafka_reason
 
 #: Kafka's sentinels in explicit offset maps, as in Spark's Kafka source.
 EARLIEST = -2
@@ -110,7 +112,9 @@ class OffsetPlanner:
     def __init__(self, kafka: Mapping[str, Any], timeout_s: float = 15.0) -> None:
         self._conf = consumer_config(kafka)
         self._timeout_s = timeout_s
-        self._consumer = Consumer(self._conf)
+        # Quiet: librdkafka logs every failed connection attempt, where the error raised here
+        # says in one line what to check.
+        self._consumer = Consumer({**self._conf, "log_level": 0})
 
     def __enter__(self) -> Self:
         return self
@@ -123,26 +127,39 @@ class OffsetPlanner:
 
     def partitions(self, topic: str) -> list[int]:
         """The topic's partitions; :class:`SourceError` when it does not exist."""
-        try:
-            # All topics, not list_topics(topic): asking for one can auto-create it.
-            metadata = self._consumer.list_topics(timeout=self._timeout_s)
-        except KafkaException as exc:
-            raise SourceError(f"cannot reach Kafka at {self._conf.get('bootstrap.servers')}: {exc}") from exc
+        metadata = self._metadata()
         info = metadata.topics.get(topic)
         if info is None or info.error is not None:
             raise SourceError(f"topic {topic!r} does not exist on {self._conf.get('bootstrap.servers')}")
         return sorted(info.partitions)
 
     def cluster_id(self) -> str:
-        metadata = self._consumer.list_topics(timeout=self._timeout_s)
-        return str(metadata.cluster_id or "")
+        return str(self._metadata().cluster_id or "")
+
+    def _metadata(self) -> ClusterMetadata:
+        """The metadata of all topics (asking for one can auto-create it); :class:`SourceError`
+        when the brokers do not answer."""
+        try:
+            return self._consumer.list_topics(timeout=self._timeout_s)
+        except KafkaException as exc:
+            raise self._unreachable(exc) from exc
+
+    def _unreachable(self, exc: KafkaException) -> SourceError:
+        return SourceError(
+            f"cannot reach Kafka at {self._conf.get('bootstrap.servers')} within {self._timeout_s:g}s "
+            f"({kafka_reason(exc)}). Check KAFKA_BOOTSTRAP_SERVERS, the KAFKA_* security settings and "
+            "that the brokers are up"
+        )
 
     def watermarks(self, topic: str, partitions: Sequence[int]) -> dict[int, tuple[int, int]]:
         """``{partition: (low, high)}``, high taken from a fetch response (see the module doc)."""
         marks = {}
         for partition in partitions:
             tp = TopicPartition(topic, partition)
-            low, high = self._consumer.get_watermark_offsets(tp, timeout=self._timeout_s)
+            try:
+                low, high = self._consumer.get_watermark_offsets(tp, timeout=self._timeout_s)
+            except KafkaException as exc:
+                raise self._unreachable(exc) from exc
             if high > low:
                 high = self._fetched_high(topic, partition, high)
             marks[partition] = (low, high)

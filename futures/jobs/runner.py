@@ -10,6 +10,7 @@ import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 
+from confluent_kafka import KafkaException
 from pyspark.errors import PySparkException
 from pyspark.sql import SparkSession
 
@@ -19,6 +20,7 @@ from futures.jobs.session import SparkSettings, build_session, resolve_master
 from ktimers.cli import EnvGroup, Parser, UsageError, command_parser, fail
 from ktimers.config import COMMON_ENV
 from ktimers.errors import TimersError
+from ktimers.topics import kafka_reason
 
 #: spark.sql.shuffle.partitions for local masters, unless --shuffle-partitions says otherwise: an upper
 #: bound, Spark merges them into tasks of about LOCAL_TASK_SHUFFLE_BYTES (session.build_session).
@@ -127,6 +129,12 @@ def run_main(
         return job(args)
     except (UsageError, TimersError) as exc:
         return fail(prog, str(exc))
+    except KafkaException as exc:
+        return fail(
+            prog,
+            f"Kafka error: {kafka_reason(exc)}. Check KAFKA_BOOTSTRAP_SERVERS, the KAFKA_* security settings "
+            "and that the brokers are up",
+        )
     except PySparkException as exc:
         ours = _OUR_ERROR.findall(str(exc))
         if ours:

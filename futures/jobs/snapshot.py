@@ -188,6 +188,11 @@ def _path_exists(spark: SparkSession, path: str) -> bool:
 
 
 def read_manifest(spark: SparkSession, path: str) -> Manifest:
+    if not _path_exists(spark, path):
+        raise SnapshotError(
+            f"there is no snapshot at {path}: the path does not exist. Check it (a snapshot is the "
+            "--out directory of a timers-compact run)"
+        )
     if not _path_exists(spark, f"{path}/{MANIFEST_DIR}"):
         raise SnapshotError(
             f"{path} has no snapshot manifest: it is not a snapshot, or the compaction that wrote it "

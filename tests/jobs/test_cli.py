@@ -1,11 +1,15 @@
-"""The job commands: bad arguments and errors are one line on stderr and status 2, before Spark starts."""
+"""The job commands: bad arguments and errors are one line on stderr and status 2 (before Spark
+starts, where they can be told then)."""
 
 from __future__ import annotations
 
+import socket
 import time
+from pathlib import Path
 
 import pytest
 from pyspark.errors import PySparkException
+from pyspark.sql import SparkSession
 
 from futures.jobs import compact, replay, report
 from futures.jobs.runner import JobParser, instant_ms, run_main
@@ -74,3 +78,39 @@ def test_replay_refuses_to_resend_callbacks_of_timers_not_yet_due(capsys: pytest
 def test_now_is_a_time(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(time, "time_ns", lambda: 1_795_000_000_123_456_789)
     assert instant_ms("now") == instant_ms(" NOW ") == 1_795_000_000_123
+
+
+def closed_port() -> int:
+    with socket.socket() as sock:  # bound then closed: nothing listens there
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def test_compact_with_brokers_that_do_not_answer_is_one_line(
+    spark: SparkSession, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capfd: pytest.CaptureFixture[str]
+) -> None:
+    port = closed_port()
+    monkeypatch.setenv("KAFKA_BOOTSTRAP_SERVERS", f"127.0.0.1:{port}")
+
+    assert compact.main(["--out", str(tmp_path / "snapshot"), "--quiet", "--master", "local[2]"]) == 2
+
+    [line] = capfd.readouterr().err.strip().splitlines()
+    assert line.startswith(f"timers-compact: error: cannot reach Kafka at 127.0.0.1:{port} within")
+    assert line.endswith(
+        "Check KAFKA_BOOTSTRAP_SERVERS, the KAFKA_* security settings and that the brokers are up"
+    )
+
+
+def test_a_snapshot_path_that_does_not_exist_is_said_so(
+    spark: SparkSession, tmp_path: Path, capfd: pytest.CaptureFixture[str]
+) -> None:
+    missing = tmp_path / "no-such-snapshot"
+
+    argv = ["--base", str(missing), "--out", str(tmp_path / "snapshot"), "--quiet", "--master", "local[2]"]
+    assert compact.main(argv) == 2
+
+    [line] = capfd.readouterr().err.strip().splitlines()
+    assert line == (
+        f"timers-compact: error: there is no snapshot at {missing}: the path does not exist. Check it "
+        "(a snapshot is the --out directory of a timers-compact run)"
+    )
