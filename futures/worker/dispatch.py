@@ -34,7 +34,7 @@ from futures.worker.callback_queue import CallbackQueue
 from futures.worker.callbacks import Callback, Item, stored_timer
 from futures.worker.destinations import MAX_TOPICS, TopicDirectory
 from futures.worker.fired_columns import fired_columns
-from futures.worker.kafka import Deliveries, KafkaWriter, is_permanent
+from futures.worker.kafka import Deliveries, KafkaWriter, is_permanent, refuses_producer
 from futures.worker.metrics import WorkerMetrics
 from futures.worker.status import Firing, WorkerStatus
 from futures.worker.table import due_of_key, id_of_key
@@ -132,6 +132,10 @@ class Dispatcher:
         #: Queues callback records (compiled): :meth:`send` a piece of them, precise mode one at its
         #: millisecond (``put``, its failure under the index given, as a delivery report's).
         self.callbacks = CallbackQueue(writer.queue, writer.produce_callback, callback_topics.problem)
+        self._topic_problem = callback_topics.problem
+        #: A refusal of the callbacks producer itself, seen in a delivery report: replaced before
+        #: the next send.
+        self._refused: KafkaError | None = None
         # Callback topics of accepted timers, looked up ahead; the oldest beyond MAX_TOPICS are
         # forgotten (a forgotten topic is handed to the directory again with its next timer).
         self._expected: OrderedDict[str, None] = OrderedDict()
@@ -189,6 +193,7 @@ class Dispatcher:
         before the last is built. ``refused``: where building them puts the timers whose
         bytes cannot be built (filled as ``callbacks`` are taken), dead-lettered at :meth:`confirm`.
         """
+        self.renew_if_refused()
         sending = Sending([], Deliveries(), fired_ms, [] if refused is None else refused)
         self.callbacks.put_all(callbacks, str(fired_ms).encode(), sending.deliveries, sending.callbacks)
         return sending
@@ -225,6 +230,8 @@ class Dispatcher:
                 dead_lettered += 1
                 self.dead_letter_callback(callback, err)
             else:
+                if refuses_producer(err):
+                    self._refused = err
                 transient.append(i)
                 self._retries_log.warning(
                     "callback of timer %s to %s failed, will retry: %s",
@@ -234,6 +241,14 @@ class Dispatcher:
                 )
         self._fired([callbacks[i] for i in delivered], [fired[i] for i in delivered])
         return FireOutcome(done, transient, dead_lettered)
+
+    def renew_if_refused(self) -> None:
+        """Send through a new callbacks producer when the brokers refused the current one."""
+        refused, self._refused = self._refused, None
+        if refused is None or not self._writer.renew_callbacks():
+            return
+        log.warning("replaced the callbacks producer: the brokers refused it (%s)", refused.str())
+        self.callbacks = CallbackQueue(self._writer.queue, self._writer.produce_callback, self._topic_problem)
 
     def _fired(self, callbacks: list[Callback], fired: list[int]) -> None:
         """FIRED events, metrics and status of delivered callbacks (``fired``: each one's dispatch time)."""

@@ -105,18 +105,40 @@ class Deliveries:
             raise DeliveryError(f"{len(errors)} {what} record(s) not delivered, first: {errors[0].str()}")
 
 
+#: Errors about the producer's own id and epoch, not about the record: after a broker outage
+#: the embedded broker answered PRODUCER_FENCED to every send of a producer whose records had
+#: timed out, for good. The record is fine; the producer is replaced (:meth:`KafkaWriter.renew_callbacks`).
+PRODUCER_STATE_ERRORS = frozenset(
+    {
+        KafkaError.PRODUCER_FENCED,
+        KafkaError.INVALID_PRODUCER_EPOCH,
+        KafkaError.UNKNOWN_PRODUCER_ID,
+        KafkaError.OUT_OF_ORDER_SEQUENCE_NUMBER,
+        KafkaError.INVALID_PRODUCER_ID_MAPPING,
+    }
+)
+
+
+def refuses_producer(err: KafkaError) -> bool:
+    """True when ``err`` says the producer can send nothing more (fatal, or its id refused)."""
+    return err.fatal() or err.code() in PRODUCER_STATE_ERRORS
+
+
 def is_permanent(err: KafkaError) -> bool:
     """True when retrying cannot help (unknown topic, not authorised, too large...).
 
-    Timeouts and transport errors are transient: the records are kept and tried again.
+    Timeouts and transport errors are transient: the records are kept and tried again; so are
+    a refused producer's (:func:`refuses_producer`), sent again by a new one.
     """
-    if err.retriable():
+    if err.retriable() or refuses_producer(err):
         return False
     return err.code() not in (
         KafkaError._MSG_TIMED_OUT,
         KafkaError._TIMED_OUT,
         KafkaError._TRANSPORT,
         KafkaError._ALL_BROKERS_DOWN,
+        KafkaError._PURGE_QUEUE,  # a replaced producer's: sent again by the new one
+        KafkaError._PURGE_INFLIGHT,
         KafkaError.REQUEST_TIMED_OUT,
         KafkaError.NOT_ENOUGH_REPLICAS,
         KafkaError.NOT_LEADER_FOR_PARTITION,
@@ -196,10 +218,15 @@ class KafkaWriter:
         *,
         quiet: ProducerLike | None = None,
         callbacks: ProducerLike | None = None,
+        new_callbacks: Callable[[], ProducerLike] | None = None,
     ) -> None:
         """``quiet``: the producer of :meth:`produce_many` (``producer`` itself if None: a
         quiet record is then delivered once ``producer`` holds nothing more); ``callbacks``:
-        the producer of :attr:`queue` and :meth:`produce_callback` (``producer`` if None)."""
+        the producer of :attr:`queue` and :meth:`produce_callback` (``producer`` if None);
+        ``new_callbacks`` makes another, for :meth:`renew_callbacks`."""
+        self._new_callbacks = new_callbacks
+        #: Replaced callbacks producers whose purged records' reports have not all been served.
+        self._retired: list[ProducerLike] = []
         self._producer = producer
         self._quiet = producer if quiet is None else quiet
         self._callbacks = producer if callbacks is None else callbacks
@@ -329,6 +356,8 @@ class KafkaWriter:
         while True:
             for producer in self._all:
                 producer.poll(0)
+            if self._retired:
+                self._serve_retired()
             if not any(group.pending for group in groups) and not (waits_quiet and len(quiet)):
                 return
             # A callback is reported within MESSAGE_TIMEOUT_MS, a record of the service's own
@@ -336,6 +365,27 @@ class KafkaWriter:
             pause = _POLL_SOON_S if waited < _POLL_SOON_FOR_S else _POLL_LATER_S
             await asyncio.sleep(pause)
             waited += pause
+
+    def renew_callbacks(self) -> bool:
+        """Replace the callbacks producer by a new one (its :attr:`queue` changes): the brokers
+        refuse the current one. What it holds is purged: those callbacks' timers are still in
+        the table, sent again by the next firing. False when there is no way to make one."""
+        if self._new_callbacks is None or self._callbacks is self._producer:
+            return False
+        old, self._callbacks = self._callbacks, self._new_callbacks()
+        self._all = tuple({id(p): p for p in (self._producer, self._quiet, self._callbacks)}.values())
+        self.queue = self._callbacks.produce
+        purge = getattr(old, "purge", None)
+        if callable(purge):
+            purge()
+        # Served until it holds nothing: their reports (purged, transient) reach the waits for them.
+        self._retired.append(old)
+        return True
+
+    def _serve_retired(self) -> None:
+        for old in self._retired:
+            old.poll(0)
+        self._retired = [old for old in self._retired if len(old)]
 
     def serve(self) -> None:
         """Serve the delivery reports that came, without waiting (the producer of :meth:`produce`)."""
@@ -346,7 +396,7 @@ class KafkaWriter:
         left undelivered (the brokers are away: what they hold is written again after a restart)."""
         deadline = time.monotonic() + timeout_s
         left = 0
-        for producer in self._all:
+        for producer in (*self._all, *self._retired):
             left += producer.flush(max(0.0, deadline - time.monotonic()))
         return left
 

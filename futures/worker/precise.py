@@ -195,6 +195,7 @@ class PreciseMode:
                         continue
                 # Every timer due by now, in one go: a hot second has a hundred a millisecond.
                 due = window.pop_due(now, load, _SEND_AT_ONCE)  # cancelled or replaced ones left out
+                ctx.dispatch.renew_if_refused()
                 ctx.dispatch.callbacks.put_all(due, str(now).encode(), deliveries, sent)
                 sent_at.extend(repeat(now, len(due)))
                 window.sent.update(map(_key, due))

@@ -69,9 +69,15 @@ def build(config: WorkerConfig, partitions: int, reuse: TableReuse) -> tuple[fau
     linger_ms = PRECISE_LINGER_MS if config.precise else LINGER_MS
     producer = Producer(producer_config(kafka, max_bytes, linger_ms=linger_ms))
     quiet = Producer(producer_config(kafka, max_bytes, quiet=True, linger_ms=linger_ms))
-    callbacks = Producer(producer_config(kafka, max_bytes, callbacks=True, linger_ms=linger_ms))
-    writer = KafkaWriter(producer, max_bytes, quiet=quiet, callbacks=callbacks)
-    callback_topics = CallbackTopics.of_producer(callbacks)
+    callbacks_config = producer_config(kafka, max_bytes, callbacks=True, linger_ms=linger_ms)
+
+    def new_callbacks() -> Producer:
+        return Producer(callbacks_config)
+
+    writer = KafkaWriter(
+        producer, max_bytes, quiet=quiet, callbacks=new_callbacks(), new_callbacks=new_callbacks
+    )
+    callback_topics = CallbackTopics.of_producer(producer)
     metrics.watch_callback_topics(lambda: callback_topics.forgotten)
     crashing: set[asyncio.Task[None]] = set()
 

@@ -1,9 +1,13 @@
-"""The dispatcher's memory of callback topics does not grow with the names requests carry, and a
-failed delivery report is traced to the callbacks it may be of."""
+"""The dispatcher's memory of callback topics does not grow with the names requests carry, a
+failed delivery report is traced to the callbacks it may be of, and a callbacks producer the
+brokers refuse is replaced."""
 
 from __future__ import annotations
 
+import asyncio
+
 import pytest
+from confluent_kafka import KafkaError
 
 from futures.worker.callback_queue import CallbackQueue
 from futures.worker.callbacks import Callback
@@ -83,3 +87,40 @@ def test_the_compiled_callback_queue_refuses_what_is_no_callback_instead_of_read
     with pytest.raises(TypeError, match="a Callback is needed"):
         callbacks.put(wrong, b"1", Deliveries(), 0, {})  # type: ignore[arg-type]
     assert queued == []
+
+
+FENCED = KafkaError(
+    KafkaError.PRODUCER_FENCED,
+    "Broker: There is a newer producer with the same transactionalId which fences the current one",
+)
+
+
+def test_callbacks_a_fenced_producer_refused_are_kept_and_sent_by_a_new_producer() -> None:
+    # After a broker outage the embedded broker fenced a producer whose records had timed out,
+    # for good: its callbacks must neither be dead-lettered nor wait for a restart.
+    made: list[FakeProducer] = []
+
+    def new_callbacks() -> FakeProducer:
+        made.append(FakeProducer())
+        return made[-1]
+
+    fenced = FakeProducer(fail=lambda topic: FENCED)
+    writer = KafkaWriter(FakeProducer(), callbacks=fenced, new_callbacks=new_callbacks)
+    dispatcher = Dispatcher(
+        TopicsConfig(),
+        writer,
+        WorkerMetrics(),
+        WorkerStatus(),
+        lambda: 0,
+        FakeTopics(),
+        stored=lambda c: None,
+    )
+    callbacks = [_callback("a", "orders", b"k", b"1"), _callback("b", "orders", b"k", b"2")]
+
+    refused = asyncio.run(dispatcher.confirm(dispatcher.send(callbacks, fired_ms=1_000)))
+    assert (refused.done, refused.transient, refused.dead_lettered) == ([], [0, 1], 0)
+
+    resent = asyncio.run(dispatcher.confirm(dispatcher.send(callbacks, fired_ms=2_000)))
+    assert (resent.done, resent.transient) == ([0, 1], [])
+    assert len(made) == 1
+    assert [s.value for s in made[0].sent] == [b"1", b"2"]
