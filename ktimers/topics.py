@@ -9,8 +9,9 @@ Faust worker co-partitions these topics (and the timer table) on that number.
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from confluent_kafka import KafkaException
 from confluent_kafka.admin import AdminClient, NewTopic
@@ -48,10 +49,23 @@ def admin_client(common: CommonConfig) -> AdminClient:
     return AdminClient(common.kafka.librdkafka())
 
 
+#: Where a quiet client's own log lines go: nowhere.
+_SILENT = logging.getLogger("ktimers.librdkafka.quiet")
+_SILENT.addHandler(logging.NullHandler())
+_SILENT.propagate = False
+
+
+def quiet(conf: Mapping[str, str | int | float | bool]) -> dict[str, Any]:
+    """``conf`` for a client that logs nothing itself: librdkafka writes a line per failed
+    connection attempt, which buries the one line that says what is wrong (the error raised,
+    or a service's line saying what it waits for). Both settings: with ``log_level`` alone,
+    lines still reached stderr once Faust was imported."""
+    return {**conf, "log_level": 0, "logger": _SILENT}
+
+
 def quiet_admin_client(kafka: KafkaConfig) -> AdminClient:
-    """An admin client that logs nothing itself: librdkafka writes a line per failed connection
-    attempt, which buries the one line a service waiting for its brokers prints instead."""
-    return AdminClient({**kafka.librdkafka(), "log_level": 0})
+    """An admin client that logs nothing itself (:func:`quiet`)."""
+    return AdminClient(quiet(kafka.librdkafka()))
 
 
 def unreachable(

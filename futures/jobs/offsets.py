@@ -22,7 +22,7 @@ from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 from confluent_kafka.admin import ClusterMetadata
 
 from futures.jobs.errors import SourceError
-from ktimers.topics import kafka_reason
+from ktimers.topics import kafka_reason, quiet
 
 #: Kafka's sentinels in explicit offset maps, as in Spark's Kafka source.
 EARLIEST = -2
@@ -114,7 +114,7 @@ class OffsetPlanner:
         self._timeout_s = timeout_s
         # Quiet: librdkafka logs every failed connection attempt, where the error raised here
         # says in one line what to check.
-        self._consumer = Consumer({**self._conf, "log_level": 0})
+        self._consumer = Consumer(quiet(self._conf))
 
     def __enter__(self) -> Self:
         return self

@@ -19,7 +19,7 @@ from confluent_kafka import KafkaException
 from confluent_kafka.admin import AdminClient
 
 from ktimers.config import KafkaConfig
-from ktimers.topics import kafka_reason
+from ktimers.topics import kafka_reason, quiet
 
 log = logging.getLogger("futures.worker.brokers")
 
@@ -45,9 +45,7 @@ class BrokerWatch:
         self._bootstrap = kafka.bootstrap_servers
         self._topic = topic
         # Quiet (the transitions are logged here, once) and never creating the topic it asks for.
-        self._admin = admin or AdminClient(
-            {**kafka.librdkafka(), "log_level": 0, "allow.auto.create.topics": False}
-        )
+        self._admin = admin or AdminClient(quiet({**kafka.librdkafka(), "allow.auto.create.topics": False}))
         self._clock = clock
         self._lost_at: float | None = None
         self._reason = ""

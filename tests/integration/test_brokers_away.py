@@ -183,3 +183,35 @@ def test_a_broker_outage_longer_than_the_liveness_window_restarts_nothing(
         f"outage {outage_s:g}s: not ready after {not_ready_since}; ready again {back_s:.1f}s and the "
         f"due timer fired {resumed_s:.1f}s after the broker resumed"
     )
+
+
+def test_an_outage_with_callbacks_on_their_way_dead_letters_none_and_fires_all(
+    broker_port: tuple[int, list[EmbeddedBroker]], spawn: SpawnFn, tmp_path: Path
+) -> None:
+    # Precise mode sends callbacks all the time, so the pause catches some on their way: they time
+    # out (30 s), and the embedded broker then refused their producer for good (fenced).
+    port, brokers = broker_port
+    brokers.append(start_broker(port=port))
+    broker = brokers[0]
+    stack = stack_on(port, spawn, tmp_path).create_topics()
+    stack.env["TIMERS_PRECISE"] = "1"
+    worker = stack.start_worker()
+    stack.start_oscillator()
+    stack.wait_for_tick(timeout_s=60)
+    reader = stack.callback_topic("in-flight")
+    count, now = 4000, time.time()
+    with stack.client() as client:
+        due = {
+            client.schedule(reader.topic, f"k{i}", b"x", at=now + 4 + 16 * i / count).id for i in range(count)
+        }
+
+    time.sleep(6)  # a quarter of them sent, the rest on their way or to come
+    os.kill(broker.process.pid, signal.SIGSTOP)
+    time.sleep(45)  # past the callbacks' 30 s delivery timeout
+    os.kill(broker.process.pid, signal.SIGCONT)
+    fired = reader.read_until(lambda records: due <= {c.timer_id for c in records}, timeout_s=60)
+
+    assert due - {c.timer_id for c in fired} == set()
+    assert stack.metric_sum("timers_rejected_total") == 0  # no callback dead-lettered
+    stack.check()
+    assert worker.starts == 1
