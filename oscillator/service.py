@@ -84,6 +84,7 @@ def _serve(
 ) -> int:
     kafka, topic = config.common.kafka, config.common.topics.oscillator
     read = partition_reader(admin_client(kafka), topic, kafka)
+    readiness.waiting(f"waiting for Kafka at {kafka.bootstrap_servers}")
 
     def sleep(seconds: float) -> None:
         liveness.beat()  # waiting is the loop turning too
