@@ -41,6 +41,7 @@ from typing import Protocol
 from confluent_kafka import KafkaException
 from confluent_kafka.admin import AdminClient, ConfigResource, ResourceType
 
+from ktimers.config import KafkaConfig
 from ktimers.errors import TopicLayoutError
 from ktimers.topics import partition_counts
 
@@ -105,14 +106,15 @@ class TopicConfigs(Protocol):
 class KafkaTopicConfigs:
     """:class:`TopicConfigs` of a cluster: its metadata and DescribeConfigs."""
 
-    def __init__(self, admin: AdminClient, timeout_s: float = 10.0) -> None:
+    def __init__(self, admin: AdminClient, kafka: KafkaConfig, timeout_s: float = 10.0) -> None:
         self._admin = admin
+        self._kafka = kafka
         self._timeout_s = timeout_s
 
     def exists(self, topic: str) -> bool:
         # The listing of every topic: asking for one by name creates it where brokers create
         # topics on first use.
-        return topic in partition_counts(self._admin, [topic], self._timeout_s)
+        return topic in partition_counts(self._admin, [topic], self._kafka, self._timeout_s)
 
     def config(self, topic: str) -> Mapping[str, str] | None:
         resource = ConfigResource(ResourceType.TOPIC, topic)

@@ -70,7 +70,8 @@ def main(argv: Sequence[str] | None = None) -> None:
     partitions = waited
     try:
         # Before any table is opened: how old one may be and still be caught up exactly.
-        reuse = check_changelog(config.changelog_topic, KafkaTopicConfigs(admin_client(config.common)))
+        topics = KafkaTopicConfigs(admin_client(config.common), config.common.kafka)
+        reuse = check_changelog(config.changelog_topic, topics)
     except TimersError as exc:
         _cannot_start(exc)
     app, _ = build(config, partitions, reuse)

@@ -16,8 +16,8 @@ from confluent_kafka import Producer
 from futures.worker import fetch
 from futures.worker.agents import register_agents
 from futures.worker.app import create_app
-from futures.worker.changelog_topic import KafkaTopicConfigs, TableReuse, check_changelog
 from futures.worker.brokers import BrokerWatch
+from futures.worker.changelog_topic import KafkaTopicConfigs, TableReuse, check_changelog
 from futures.worker.config import WorkerConfig
 from futures.worker.destinations import CallbackTopics
 from futures.worker.engine import TimerEngine
@@ -61,7 +61,8 @@ def build(config: WorkerConfig, partitions: int, reuse: TableReuse) -> tuple[fau
     store = timers.store
     store.reuse = reuse
     store.recheck = lambda: check_changelog(
-        config.changelog_topic, KafkaTopicConfigs(admin_client(config.common), RECHECK_TIMEOUT_S)
+        config.changelog_topic,
+        KafkaTopicConfigs(admin_client(config.common), config.common.kafka, RECHECK_TIMEOUT_S),
     )
     metrics = WorkerMetrics()
     metrics.watch_tables(store.open_partitions)
