@@ -14,6 +14,7 @@ SHELL := bash
 .DELETE_ON_ERROR:
 
 .PHONY: help venv install constraints proto lint test run broker topics clean distclean redis valgrind bench bench-full bench-capacity bench-engine failover bench-jobs
+.PHONY: simulate
 .PHONY: java compact replay report
 .PHONY: helm-lint promtool
 .PHONY: browser
@@ -73,6 +74,14 @@ bench-capacity: $(STAMP) ## one worker from few to 10 M pending timers: RSS and 
 
 bench-engine: $(STAMP) valgrind ## the engine alone, no broker: CPU instructions per timer accepted, fired and swept (~5 min)
 	$(BIN)/python -m bench.engine --instructions $(ARGS)
+
+SECONDS ?= 600
+FAULTS ?= default
+STEPS ?= 250
+RUNS ?= 0
+simulate: $(STAMP) ## the engine in a simulated world for SECONDS (600), from SEED: violations, shortest failing schedule (docs/simulation.md)
+	$(BIN)/python -m tests.simulation --seconds $(SECONDS) --faults '$(FAULTS)' --steps $(STEPS) --runs $(RUNS) \
+		$(if $(SEED),--seed $(SEED))
 
 failover: $(STAMP) ## SIGKILL a worker: seconds until its partitions fire again (docs/FAILOVER.md, ~3 min)
 	$(BIN)/python -m bench.failover $(ARGS)

@@ -30,6 +30,7 @@ class Fault(Enum):
     ABORTED_TXN = "aborted_txn"
     LATE_ZOMBIE_WRITES = "late_zombie_writes"
     BOGUS_TICK = "bogus_tick"
+    PAUSED_OWNER = "paused_owner"
 
 
 #: The holes the engine is known to have, one line each. A run enables none of them unless asked.
@@ -40,6 +41,7 @@ KNOWN_HOLES: dict[Fault, str] = {
     Fault.ABORTED_TXN: "4: requests of aborted transactions are applied",
     Fault.LATE_ZOMBIE_WRITES: "5: a revoked step outlasting settle_revoked writes after the new owner",
     Fault.BOGUS_TICK: "6: a tick an hour ahead fires timers up to the tolerance early",
+    Fault.PAUSED_OWNER: "7: an owner paused past the session timeout fires on, unfenced, before it hears",
 }
 
 #: What ``make test`` runs: every fault kind but the known holes.

@@ -86,6 +86,9 @@ class Restart:
 @dataclass(frozen=True)
 class Rebalance:
     owners: tuple[int, ...]  # per partition, the index of the worker it goes to (among the live)
+    #: Faust's eager protocol: every worker revokes every partition, then the assignment hands
+    #: back those it keeps (their tables open). Else only the partitions that move are revoked.
+    eager: bool = False
 
 
 @dataclass(frozen=True)
@@ -99,6 +102,16 @@ class Slow:
     worker: int
     latency_ms: int
     for_ms: int
+
+
+@dataclass(frozen=True)
+class Pause:
+    """``worker`` stops for ``ms`` (a stalled process); past the session timeout the group gives its
+    partitions to others, and once it resumes it runs ``zombie_ms`` before it hears of that."""
+
+    worker: int
+    ms: int
+    zombie_ms: int
 
 
 @dataclass(frozen=True)
@@ -117,6 +130,7 @@ Step = (
     | Rebalance
     | Compact
     | Slow
+    | Pause
     | Verify
 )
 
@@ -155,6 +169,7 @@ def generate(seed: int, steps: int, faults: Iterable[Fault], settle_s: float) ->
         "pause": (Fault.LATE_TICK, 1),
         "bogus": (Fault.BOGUS_TICK, 2),
         "slow": (Fault.SLOW_BROKER, 2),
+        "pause_worker": (Fault.PAUSED_OWNER, 2),
     }
     choices += [(name, weight) for name, (fault, weight) in optional.items() if fault in enabled]
     names, weights = [c[0] for c in choices], [c[1] for c in choices]
@@ -199,7 +214,8 @@ def generate(seed: int, steps: int, faults: Iterable[Fault], settle_s: float) ->
             if empty is not None:
                 out.append(Restart(rng.randrange(WORKERS), empty))
         elif kind == "rebalance":
-            out.append(Rebalance(tuple(rng.randrange(WORKERS) for _ in range(PARTITIONS))))
+            owners = tuple(rng.randrange(WORKERS) for _ in range(PARTITIONS))
+            out.append(Rebalance(owners, eager=rng.random() < 0.5))
         elif kind == "compact":
             out.append(Compact(rng.randrange(PARTITIONS), rng.choice([0, 1, 3, 10])))
         elif kind in ("duplicate", "reorder", "bogus"):
@@ -221,6 +237,8 @@ def generate(seed: int, steps: int, faults: Iterable[Fault], settle_s: float) ->
                 next_timer = first + 300 * PARTITIONS
         elif kind == "pause":
             out.append(PauseOscillator(rng.randrange(OSCILLATORS), rng.randint(1, 8)))
+        elif kind == "pause_worker":
+            out.append(Pause(rng.randrange(WORKERS), rng.randint(1_000, 12_000), rng.randint(0, 2_000)))
         elif kind == "slow":
             # Within the time a revocation waits for the step under way, unless known hole 5 is on.
             cap_ms = int(settle_s * 1000 / 8)

@@ -108,6 +108,9 @@ class SimWorker(ProducerHost):
         self.crash_share = 0.0
         self.slow_ms = 0
         self.slow_until_ms = 0
+        #: Stalled until then (its loop does not run); then it hears of a rebalance at hears_at_ms.
+        self.paused_until_ms = 0
+        self.hears_at_ms: int | None = None
         self.rng = random.Random(index)
         self.failure: BaseException | None = None
         #: What the sweep's read costs per listed timer (s): SWEEP_READ_COST_S, or SLOW_SWEEP_READ_COST_S.
@@ -142,6 +145,7 @@ class SimWorker(ProducerHost):
         self.dead = False
         self.life += 1
         self.crash_at = None
+        self.paused_until_ms, self.hears_at_ms = 0, None
         self.failure = None
         world = self.world
         self.loop = SimLoop(world.loop_s())
@@ -202,11 +206,14 @@ class SimWorker(ProducerHost):
         if self.dead:
             return  # crashed inside
         for task in self.tasks:
-            if task.done() and not task.cancelled() and self.failure is None:
+            if task.done() and not task.cancelled():
                 exc = task.exception()
                 if exc is not None and not isinstance(exc, SimCrash):
+                    # The process exits (main stops the worker on a failed engine task).
                     self.failure = exc
                     self.world.stopped(self, exc)
+                    self.crash(1.0)
+                    return
 
     def arrive(self) -> None:
         if not self.dead:
@@ -222,14 +229,25 @@ class SimWorker(ProducerHost):
         return self.loop.create_task(self._settle(partitions))
 
     async def _settle(self, partitions: set[int]) -> None:
+        started = self.loop.time()
         await self.engine.settle_revoked()
-        self.world.settled(self, partitions)
-        # The store closes revoked tables at the assignment, under the engine lock: a step
-        # still under way finishes first (its late writes, known hole 5, land after).
-        async with self.engine._ctx.lock:  # noqa: SLF001
-            for partition in partitions:
-                if partition not in self.owned and partition in self.tables:
-                    self.tables.pop(partition).close()
+        # settle_revoked gives up at its bound, leaving the step under way to the new owner.
+        gave_up = self.loop.time() - started >= self.world.settle_s - 1e-3
+        self.world.settled(self, partitions, gave_up)
+
+    def release(self, partitions: set[int]) -> None:
+        """The assignment gave ``partitions`` to others: their tables close, as the store's
+        ``on_rebalance`` closes them, under the engine lock (a step still under way finishes
+        first: its late writes, known hole 5, land after the new owner restored)."""
+
+        async def close() -> None:
+            async with self.engine._ctx.lock:  # noqa: SLF001
+                for partition in partitions:
+                    if partition not in self.owned and partition in self.tables:
+                        self.tables.pop(partition).close()
+
+        if not self.dead and partitions:
+            self.loop.create_task(close())
 
     def assign(
         self, partitions: set[int], batch: Callable[[], int], keep_dir: Callable[[int, int | None], bool]
@@ -249,17 +267,17 @@ class SimWorker(ProducerHost):
         for partition in sorted(partitions):
             if self.dead:
                 raise SimCrash(self.name)
-            table = self.tables.pop(partition, None)
             path = self.directory / f"partition-{partition}.db"
-            if table is None and path.exists():
-                probe = PartitionTimers(path)
-                persisted = probe.persisted_offset
-                probe.close()
-                if not keep_dir(partition, persisted):
-                    shutil.rmtree(path)
-            elif table is not None:
-                table.close()
-            table = self.tables[partition] = SimTable(path, self)
+            table = self.tables.get(partition)
+            if table is None:
+                # Handed back while its table is open (an eager rebalance), the store keeps it open.
+                if path.exists():
+                    probe = PartitionTimers(path)
+                    persisted = probe.persisted_offset
+                    probe.close()
+                    if not keep_dir(partition, persisted):
+                        shutil.rmtree(path)
+                table = self.tables[partition] = SimTable(path, self)
             start = 0 if table.persisted_offset is None else table.persisted_offset + 1
             end = kafka.end_offset(topic, partition, committed=False)
             while start < end:

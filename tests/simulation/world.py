@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from futures.worker.config import WorkerConfig
-from futures.worker.table import TIMER_PREFIX, PartitionTimers
+from futures.worker.table import PartitionTimers
 from ktimers.config import BrokerProfile, CommonConfig, KafkaConfig
 from ktimers.wire import Cancel as CancelMsg
 from ktimers.wire import Future, Tick, encode_second_key
@@ -132,7 +132,9 @@ class World:
         order = list(self.workers)
         self._rng.shuffle(order)
         for worker in order:
-            worker.run_until(self.loop_s())
+            if worker.paused_until_ms <= self.now_ms:
+                worker.run_until(self.loop_s())
+        self._zombies_hear()
         for worker in self.workers:
             worker.arrive()
 
@@ -204,13 +206,15 @@ class World:
                 self._rebalance(tuple(range(S.PARTITIONS)))
         elif isinstance(step, S.Rebalance):
             self.history.injected["rebalance"] += 1
-            self._rebalance(step.owners)
+            self._rebalance(step.owners, step.eager)
         elif isinstance(step, S.Compact):
             self._compact(step.partition, step.tail)
         elif isinstance(step, S.Slow):
             worker = self.workers[step.worker]
             worker.slow_ms, worker.slow_until_ms = step.latency_ms, self.now_ms + step.for_ms
             self.history.injected["slow_broker"] += 1
+        elif isinstance(step, S.Pause):
+            self._pause(step)
         elif isinstance(step, S.Verify):
             self.verify()
         self._note_dead()
@@ -258,17 +262,49 @@ class World:
         self._tick(step.partition, second, "osc-faulty")
         self.history.injected[step.kind.value] += 1
 
+    # -- a stalled owner ---------------------------------------------------------------
+
+    def _pause(self, step: S.Pause) -> None:
+        """The worker stalls; past the session timeout, the group goes on without it: its
+        partitions go to the others, and it hears of that ``zombie_ms`` after it resumes."""
+        worker = self.workers[step.worker]
+        if worker.dead or worker.paused_until_ms > self.now_ms:
+            return
+        self.history.injected["paused_owner"] += 1
+        worker.paused_until_ms = self.now_ms + step.ms
+        if step.ms <= self.session_ms:
+            return
+        rng = random.Random(step.ms)
+        self._run(self.session_ms, 20, rng)
+        self._rebalance(tuple(range(S.PARTITIONS)))
+        worker.hears_at_ms = worker.paused_until_ms + step.zombie_ms
+
+    def _zombies_hear(self) -> None:
+        """A worker that resumed after the group went on without it hears of it: it revokes what
+        it thought it held, settles, and closes those tables."""
+        for worker in self.workers:
+            if worker.hears_at_ms is not None and self.now_ms >= worker.hears_at_ms:
+                worker.hears_at_ms = None
+                if worker.dead:
+                    continue
+                stale = {p for p in worker.owned if self.owner[p] is not worker}
+                if stale:
+                    worker.revoke(stale)
+                    worker.release(stale)
+
     # -- rebalances ----------------------------------------------------------------
 
-    def settled(self, worker: SimWorker, partitions: set[int]) -> None:
-        for partition in partitions:
-            self._settled.add((worker.index, partition))
+    def settled(self, worker: SimWorker, partitions: set[int], gave_up: bool) -> None:
+        if not gave_up:
+            self._settled.update((worker.index, partition) for partition in partitions)
 
-    def _rebalance(self, owners: tuple[int, ...]) -> None:
+    def _rebalance(self, owners: tuple[int, ...], eager: bool = True) -> None:
         """Partition p goes to the ``owners[p]``-th live worker: the old owner revokes and settles
-        (for at most the settle time), then the new one restores and reads on."""
+        (for at most the settle time), then the new one restores and reads on. ``eager``: every
+        owner revokes all it holds, and is handed back what it keeps (Faust's default protocol)."""
         self._orphaned_at = None
-        live = [w for w in self.workers if not w.dead]
+        # A stalled worker does not answer the group: it is left out, and not told.
+        live = [w for w in self.workers if not w.dead and w.paused_until_ms <= self.now_ms]
         if not live:
             return
         target = {
@@ -277,11 +313,11 @@ class World:
         settling = []
         self._settled.clear()
         for worker in live:
-            lost = {p for p, owner in self.owner.items() if owner is worker and target[p] is not worker}
+            held = {p for p, owner in self.owner.items() if owner is worker}
+            lost = held if eager else {p for p in held if target[p] is not worker}
             if lost:
                 settling.append((worker, lost, worker.revoke(lost), self.now_ms))
         rng = random.Random(self.now_ms)
-        started = self.now_ms
         self._run(
             int(self.settle_s * 1000) + 50,
             10,
@@ -290,14 +326,12 @@ class World:
         )
         for worker, lost, _task, _ in settling:
             for partition in lost:
-                if (
-                    worker.dead
-                    or (worker.index, partition) not in self._settled
-                    or (self.now_ms - started >= self.settle_s * 1000)
-                ):
+                if worker.dead or (worker.index, partition) not in self._settled:
                     self.history.unsettled.append((self.now_ms, partition))
+                if target[partition] is worker and not worker.dead:
+                    self.owner[partition] = None  # handed back: restored again, into its open table
         self._note_dead()
-        live = [w for w in self.workers if not w.dead]
+        live = [w for w in self.workers if not w.dead and w.paused_until_ms <= self.now_ms]
         if not live:
             return
         gaining: dict[SimWorker, set[int]] = {}
@@ -306,6 +340,8 @@ class World:
             if self.owner[partition] is not worker:
                 gaining.setdefault(worker, set()).add(partition)
             self.owner[partition] = worker
+        for worker, lost, _task, _ in settling:
+            worker.release({p for p in lost if self.owner[p] is not worker})
         for worker, partitions in gaining.items():
             worker.assign(partitions, lambda: rng.randint(1, 50), self._keep_dir_for(worker))
         self._note_dead()
@@ -390,7 +426,7 @@ class World:
 
     def _compare(self, partition: int, owner: SimWorker) -> None:
         live = owner.table(partition)
-        timers = dict(live._scan(TIMER_PREFIX))  # noqa: SLF001
+        timers = {t.key: t.value for t in live.iter_pending()}
         if live.pending != len(timers):
             self.violate(
                 "pending_count", f"p{partition} on {owner.name}: pending {live.pending}, {len(timers)} timers"
@@ -404,7 +440,7 @@ class World:
                 if not found:
                     break
                 rebuilt.apply([(r.key, r.value) for r in found if r.key is not None], found[-1].offset)
-            restored = dict(rebuilt._scan(TIMER_PREFIX))  # noqa: SLF001
+            restored = {t.key: t.value for t in rebuilt.iter_pending()}
             if restored != timers or rebuilt.watermark != live.watermark or rebuilt.pending != live.pending:
                 extra = sorted(k[9:].decode(errors="replace") for k in set(restored) - set(timers))
                 missing = sorted(k[9:].decode(errors="replace") for k in set(timers) - set(restored))
@@ -425,6 +461,10 @@ class World:
         for worker in self.workers:
             worker.crash_at = None
             worker.slow_until_ms = 0
+            worker.paused_until_ms = 0
+            if worker.hears_at_ms is not None:
+                worker.hears_at_ms = self.now_ms
+        self._zombies_hear()
         for osc in self.oscillators:
             osc.paused_until_ms = 0
         self._note_dead()
