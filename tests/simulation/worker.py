@@ -111,6 +111,8 @@ class SimWorker(ProducerHost):
         #: Stalled until then (its loop does not run); then it hears of a rebalance at hears_at_ms.
         self.paused_until_ms = 0
         self.hears_at_ms: int | None = None
+        #: Its session expired while it stalled: the group left it out (until it hears and rejoins).
+        self.evicted = False
         self.rng = random.Random(index)
         self.failure: BaseException | None = None
         #: What the sweep's read costs per listed timer (s): SWEEP_READ_COST_S, or SLOW_SWEEP_READ_COST_S.
@@ -145,7 +147,7 @@ class SimWorker(ProducerHost):
         self.dead = False
         self.life += 1
         self.crash_at = None
-        self.paused_until_ms, self.hears_at_ms = 0, None
+        self.paused_until_ms, self.hears_at_ms, self.evicted = 0, None, False
         self.failure = None
         world = self.world
         self.loop = SimLoop(world.loop_s())
@@ -287,12 +289,16 @@ class SimWorker(ProducerHost):
                     table.apply(records, found[-1].offset)
             self.owned.add(partition)
             self.positions[partition] = table.request_offset + 1
-            self._frontier.pop(partition, None)
+            # Nothing fetched yet: no tick may pass until the first fetch says what is unread
+            # (the transport's frontier is -1 then), or a request read again after a step cut
+            # short would lose to a tick.
+            self._frontier[partition] = -1
 
     # -- the consumer ---------------------------------------------------------------
 
     def frontier_ms(self, partition: int) -> int | None:
-        """The request frontier of ``partition`` (None: nothing fetched for it yet)."""
+        """The request frontier of ``partition``: the oldest request fetched and not applied, else
+        the time of the fetch that found none; -1 until the first fetch."""
         return self._frontier.get(partition)
 
     async def _consume(self) -> None:

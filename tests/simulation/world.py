@@ -105,6 +105,7 @@ class World:
         self.settle_s = self.config.group_timeouts[2] / 3
         self.session_ms = int(self.config.group_timeouts[0] * 1000)
         self._orphaned_at: int | None = None
+        self._rejoin = False  # a worker the group went on without came back: rebalance after the step
         self._settled: set[tuple[int, int]] = set()
         self._rng = random.Random(seed ^ 0x5EED)
         self.steps = 0
@@ -218,7 +219,10 @@ class World:
         elif isinstance(step, S.Verify):
             self.verify()
         self._note_dead()
-        if self._orphaned_at is not None and self.now_ms - self._orphaned_at >= self.session_ms:
+        if self._rejoin or (
+            self._orphaned_at is not None and self.now_ms - self._orphaned_at >= self.session_ms
+        ):
+            self._rejoin = False
             self._rebalance(tuple(range(S.PARTITIONS)))
 
     def _note_dead(self) -> None:
@@ -276,6 +280,7 @@ class World:
             return
         rng = random.Random(step.ms)
         self._run(self.session_ms, 20, rng)
+        worker.evicted = True  # its session expired: the group goes on without it
         self._rebalance(tuple(range(S.PARTITIONS)))
         worker.hears_at_ms = worker.paused_until_ms + step.zombie_ms
 
@@ -291,6 +296,8 @@ class World:
                 if stale:
                     worker.revoke(stale)
                     worker.release(stale)
+                worker.evicted = False
+                self._rejoin = True  # it joins the group again: a rebalance
 
     # -- rebalances ----------------------------------------------------------------
 
@@ -303,8 +310,14 @@ class World:
         (for at most the settle time), then the new one restores and reads on. ``eager``: every
         owner revokes all it holds, and is handed back what it keeps (Faust's default protocol)."""
         self._orphaned_at = None
-        # A stalled worker does not answer the group: it is left out, and not told.
-        live = [w for w in self.workers if not w.dead and w.paused_until_ms <= self.now_ms]
+        # The group waits for a member stalled within its session to come back and rejoin; one
+        # whose session expired is left out, and not told.
+        stalled = [
+            w for w in self.workers if not w.dead and not w.evicted and w.paused_until_ms > self.now_ms
+        ]
+        if stalled:
+            self._run(max(w.paused_until_ms for w in stalled) - self.now_ms, 20, random.Random(self.now_ms))
+        live = [w for w in self.workers if not w.dead and not w.evicted]
         if not live:
             return
         target = {
@@ -331,7 +344,7 @@ class World:
                 if target[partition] is worker and not worker.dead:
                     self.owner[partition] = None  # handed back: restored again, into its open table
         self._note_dead()
-        live = [w for w in self.workers if not w.dead and w.paused_until_ms <= self.now_ms]
+        live = [w for w in self.workers if not w.dead and not w.evicted]
         if not live:
             return
         gaining: dict[SimWorker, set[int]] = {}
@@ -350,7 +363,7 @@ class World:
         """The worker ``partition`` goes to: ``wanted``, unless that would walk into a known hole
         that is not enabled; then its owner now, or another live worker, that would not."""
         owner = self.owner[partition]
-        candidates = [wanted, *([owner] if owner is not None and not owner.dead else []), *live]
+        candidates = [wanted, *([owner] if owner in live else []), *live]
         for candidate in candidates:
             if not self._into_hole(partition, candidate):
                 return candidate
