@@ -290,7 +290,10 @@ def test_a_metrics_port_serves_the_metrics_and_nothing_of_the_admin_api(
     config = WorkerConfig(admin_open_reads=True, metrics_port=9464)
     metrics = WorkerMetrics()
     metrics.scheduled.inc(7)
-    register_views(app, metrics, cast(Any, HeldTables(tables)), config, WorkerStatus(), cast(Any, None))
+    brokers = BrokerWatch(config.common.kafka, config.common.topics.request)
+    register_views(
+        app, metrics, cast(Any, HeldTables(tables)), config, WorkerStatus(), cast(Any, None), brokers
+    )
     (server,) = started
     assert isinstance(server, MetricsServer)
     # The same server on a free port of this machine, as the app would start it.
@@ -322,7 +325,8 @@ def test_without_a_metrics_port_there_is_no_second_server(monkeypatch: pytest.Mo
     app = faust.App("web-one-port-test", broker="kafka://127.0.0.1:1")
     started: list[Any] = []
     monkeypatch.setattr(app, "add_dependency", started.append)
-    register_views(
-        app, WorkerMetrics(), cast(Any, HeldTables({})), WorkerConfig(), WorkerStatus(), cast(Any, None)
-    )
+    config = WorkerConfig()
+    brokers = BrokerWatch(config.common.kafka, config.common.topics.request)
+    store = cast(Any, HeldTables({}))
+    register_views(app, WorkerMetrics(), store, config, WorkerStatus(), cast(Any, None), brokers)
     assert started == []

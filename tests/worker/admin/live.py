@@ -21,6 +21,7 @@ from typing import Any, cast
 import faust
 from aiohttp.test_utils import TestServer
 
+from futures.worker.brokers import BrokerWatch
 from futures.worker.kafka import KafkaWriter
 from futures.worker.metrics import WorkerMetrics
 from futures.worker.status import WorkerStatus
@@ -90,7 +91,9 @@ class LiveApi:
         writer = KafkaWriter(cast(Any, self.rig.producer), self.rig.config.max_record_bytes)
         status = WorkerStatus(clock=lambda: self.rig.now)
         store = cast(Any, HeldTables(self.rig))
-        register_views(app, WorkerMetrics(), store, self.rig.config, status, writer)
+        common = self.rig.config.common
+        brokers = BrokerWatch(common.kafka, common.topics.request)
+        register_views(app, WorkerMetrics(), store, self.rig.config, status, writer, brokers)
         app.web.init_server()
         self.loop = asyncio.new_event_loop()
         self.server = TestServer(cast(Any, app.web).web_app, host="127.0.0.1")
