@@ -126,10 +126,12 @@ class TimerEngine:
         """Take a batch of ticks: each partition's clock is to move to its highest second.
 
         Several oscillators tick every partition every second; a tick at or below the
-        clock, or a copy of one waiting, moves nothing. The clock moves when
-        :meth:`fire_ready` runs, as far as the partition's requests allow.
+        clock, or a copy of one waiting, moves nothing. One more than ``TIMERS_CLOCK_TOLERANCE_MS``
+        ahead of this worker's clock is refused. The clock moves when :meth:`fire_ready` runs,
+        as far as the partition's requests and this worker's clock allow.
         """
         duplicates = 0
+        ctx = self._ctx
         for record in self._ingest.owned(ticks):
             second, source = decode_tick(record.key, record.value)
             if second is None:
@@ -140,9 +142,21 @@ class TimerEngine:
                     short(repr(record.key), 80),
                 )
                 continue
+            now, tolerance = ctx.clock(), ctx.config.clock_tolerance_ms
+            if second * 1000 - now > tolerance:
+                # Refused here, not capped later: a tick kept waiting would hold back the real
+                # ticks behind it, and the join's bound would fire it without its requests.
+                self.metrics.ticks.labels("ahead").inc()
+                self._ticks_log.warning(
+                    "refusing tick %s for second %d from %s: %d ms ahead of this worker's clock "
+                    "(TIMERS_CLOCK_TOLERANCE_MS=%d). Check the oscillator host's clock, and that "
+                    "only the oscillators may write to the oscillator topic.",
+                    record.where(), second, short(repr(source), 80), second * 1000 - now, tolerance,
+                )  # fmt: skip
+                continue
             partition = record.partition
             self.status.tick(partition, second, source)
-            if not self._waiting.note(partition, second, self._ctx.tables(partition).watermark):
+            if not self._waiting.note(partition, second, ctx.tables(partition).watermark):
                 duplicates += 1
         self.metrics.ticks.labels("duplicate").inc(duplicates)
 
@@ -170,7 +184,7 @@ class TimerEngine:
         progress = self._ctx.progress
         while True:
             try:
-                await asyncio.wait_for(self._woken.wait(), poll_s)
+                await asyncio.wait_for(self._woken.wait(), self._next_wake_s(poll_s))
             except TimeoutError:
                 pass
             self._woken.clear()
@@ -280,34 +294,21 @@ class TimerEngine:
         owns = self._ctx.owns
         # Revoked by a rebalance while the tick waited: the new owner has ticks of its own.
         self._waiting.drop([p for p in self._waiting.seconds() if not owns(p)])
-        targets: dict[int, int] = {}
-        for partition, second in self._waiting.claim(partitions).items():
-            target = self._trusted_second(partition, second)
-            if target is not None:
-                targets[partition] = target
-        return targets
+        # Never past this worker's own clock: a tick that leads it (by up to the tolerance
+        # note_ticks admits) waits for it, so no timer fires before its due time here.
+        claimed = self._waiting.claim(self._ctx.clock() // 1000, partitions)
+        tables = self._ctx.tables
+        # A clock inherited from a previous owner may be ahead of the tick: nothing to move.
+        return {
+            partition: second for partition, second in claimed.items() if second > tables(partition).watermark
+        }
 
-    def _trusted_second(self, partition: int, second: int) -> int | None:
-        """The second partition's clock may move to, or None for a no-op tick."""
-        ctx = self._ctx
-        table = ctx.tables(partition)
-        if second <= table.watermark:
-            return None
-        # Never trust a tick ahead of our own clock by more than the tolerance:
-        # a misconfigured oscillator must not fire timers early.
-        now, tolerance = ctx.clock(), ctx.config.clock_tolerance_ms
-        cap = (now + tolerance) // 1000
-        if second > cap:
-            self.metrics.ticks.labels("ahead").inc()
-            log.warning(
-                "tick for second %d on partition %d is ahead of this worker's clock (%d + %d ms tolerance); "
-                "firing only up to %d. Check the oscillator host's clock.",
-                second, partition, now, tolerance, cap,
-            )  # fmt: skip
-            second = cap
-            if second <= table.watermark:
-                return None
-        return second
+    def _next_wake_s(self, poll_s: float) -> float:
+        """How long :meth:`run` may sleep (seconds): ``poll_s``, or less when a waiting tick's
+        second comes sooner by this worker's clock."""
+        now = self._ctx.clock()
+        ahead_ms = [second * 1000 - now for second in self._waiting.seconds().values() if second * 1000 > now]
+        return min(poll_s, *(ms / 1000 for ms in ahead_ms)) if ahead_ms else poll_s
 
     async def prepared(self) -> None:
         """Wait until the callbacks being built ahead are built (tests and benchmarks)."""

@@ -134,7 +134,7 @@ class Firing:
 
     def _scan(self, partition: int, second: int, fired: Fired) -> DueScan:
         ctx = self._ctx
-        limit_ms = min(second * 1000, ctx.clock() + ctx.config.clock_tolerance_ms)
+        limit_ms = min(second * 1000, ctx.clock())
         fired.limits[partition] = limit_ms
         return DueScan(partition, ctx.tables(partition), limit_ms)
 

@@ -118,12 +118,13 @@ class WaitingTicks:
         for partition in partitions:
             self._waiting.pop(partition, None)
 
-    def claim(self, partitions: Iterable[int] | None = None) -> dict[int, int]:
+    def claim(self, clock_s: int, partitions: Iterable[int] | None = None) -> dict[int, int]:
         """Partition → the second its clock may move to now (of ``partitions``, or all waiting).
 
-        Up to the tick's second, or to the partition's frontier when requests older than
-        the tick are still to be applied (the rest keeps waiting), or all of it once the
-        tick has waited ``max_wait_s``.
+        Up to the tick's second, but never past ``clock_s``, the second this worker's own
+        clock has reached (a tick ahead of it keeps waiting for it); and only to the
+        partition's frontier while requests older than the tick are still to be applied (the
+        rest keeps waiting), unless the tick has waited ``max_wait_s``.
         """
         now = self._monotonic()
         allowed: dict[int, int] = {}
@@ -131,11 +132,11 @@ class WaitingTicks:
             waiting = self._waiting.get(partition)
             if waiting is None:
                 continue
-            second = waiting.second
+            second = min(waiting.second, clock_s)
             frontier_ms = self._behind(partition, waiting)
             if frontier_ms is not None:
                 if now - waiting.since < self._max_wait_s:
-                    second = frontier_ms // 1000
+                    second = min(second, frontier_ms // 1000)
                 else:
                     self._on_bound()
                     self._bound_log.warning(

@@ -76,7 +76,8 @@ class WorkerMetrics:
             self.request_gaps.labels(outcome)  # exported from the start, at 0
         self.ticks = Counter(
             "timers_ticks_total",
-            "Ticks by outcome: advanced the clock, duplicate/old (no-op), ahead of the worker clock, invalid",
+            "Ticks by outcome: advanced the clock, duplicate/old (no-op), "
+            "ahead of the worker clock by more than the tolerance (refused), invalid",
             ["outcome"],
             registry=r,
         )

@@ -51,6 +51,7 @@ class Sent:
     error: KafkaError | None = None
     offset: int | None = None  # set once delivered
     delivered: bool = False
+    at_ms: int | None = None  # the producer's ``clock`` when it was produced (None: no clock given)
 
     def header(self, name: str) -> bytes | None:
         """Last value of header ``name`` (what a consumer reading headers by name sees)."""
@@ -110,6 +111,8 @@ class FakeProducer:
         self.hold_if: Callable[[Sent], bool] = lambda sent: False
         self.sent: list[Sent] = []
         self.flush_count = 0
+        #: Stamps each record with the time it was produced (epoch ms), when set.
+        self.clock: Callable[[], int] | None = None
         self._queue: list[tuple[Sent, DeliveryCallback | None]] = []
         self._next_offset: dict[tuple[str, int], int] = defaultdict(int)
 
@@ -143,6 +146,7 @@ class FakeProducer:
             value=_bytes(value),
             headers=[(name, _bytes(v)) for name, v in pairs],
             flush_no=self.flush_count,
+            at_ms=None if self.clock is None else self.clock(),
         )
         self.sent.append(sent)
         self._queue.append((sent, on_delivery))

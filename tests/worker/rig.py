@@ -46,6 +46,7 @@ class Rig:
         self.now = T_MS - 60_000
         self.directory = directory
         self.producer = FakeProducer(max_bytes=config.max_record_bytes)
+        self.producer.clock = lambda: self.now
         self.callback_topics = FakeTopics()
         self.metrics = WorkerMetrics()
         self.tables: dict[int, PartitionTimers] = {}

@@ -15,15 +15,16 @@ from confluent_kafka import KafkaError
 
 from futures.ingress.records import SourceRecord
 from futures.worker import engine as engine_module
-from futures.worker.config import LatePolicy
-from futures.worker.engine import TimerEngine
+from futures.worker.config import LatePolicy, WorkerConfig
+from futures.worker.engine import TimerEngine, wall_clock_ms
 from futures.worker.kafka import KafkaWriter
-from futures.worker.table import PROGRESS_KEY, PartitionTimers, progress_record
-from ktimers.config import BrokerProfile
+from futures.worker.table import PROGRESS_KEY, TIMER_PREFIX, PartitionTimers, progress_record
+from ktimers.config import BrokerProfile, CommonConfig, KafkaConfig
 from ktimers.errors import DeliveryError
 from ktimers.wire import Future, encode_second_key
 from tests.worker.fakes import FakeProducer, Sent, permanent_error, transient_error
 from tests.worker.rig import T_MS, Kind, MakeRig, Rig, T  # noqa: F401
+from tests.worker.test_precise import WallClockRig
 
 # -- firing on ticks ----------------------------------------------------------
 
@@ -163,26 +164,96 @@ def test_tick_with_only_a_decimal_key_advances_and_an_invalid_tick_is_ignored(ri
     assert rig.table(0).watermark == T + 2
 
 
-def test_tick_ahead_of_worker_clock_fires_only_up_to_clock_plus_tolerance(make_rig):
-    rig = make_rig(clock_tolerance_ms=500)
-    rig.ingest(rig.request("a", T_MS), rig.request("b", T_MS + 1000), rig.request("c", T_MS + 10_000))
+def _early(rig: Rig) -> list[tuple[str, int, int]]:
+    """Every callback sent before its due time by the clock of the worker that sent it:
+    (id, due epoch ms, clock at send)."""
+    return [
+        ((cb.header("kt-id") or b"").decode(), int(cb.header("kt-due-ms") or 0), cb.at_ms or 0)
+        for cb in rig.callbacks()
+        if int(cb.header("kt-due-ms") or 0) > (cb.at_ms or 0)
+    ]
 
-    # A misconfigured oscillator announces T+10 while our clock reads T+0.499.
-    rig.tick(T + 10, clock_ms=T_MS + 499)
-    assert rig.fired() == ["a"]
-    assert rig.table(0).watermark == T
+
+async def _handled(rig: Rig) -> None:
+    """Let the engine's firing task (:meth:`TimerEngine.run`) do what it was woken for."""
+    for _ in range(20):
+        await asyncio.sleep(0)
+    while rig.lock.locked():
+        await asyncio.sleep(0.001)
+
+
+@pytest.mark.parametrize("join_max_wait_s", [0.0, 60.0])
+def test_a_bogus_tick_an_hour_ahead_is_refused_and_real_ticks_fire_on_time(make_rig, join_max_wait_s):
+    # Anyone who may write to the oscillator topic can send a tick for any second. The
+    # consumer's frontier follows the clock: every request written so far is applied.
+    rig = make_rig(join_max_wait_s=join_max_wait_s)
+    engine = rig.engine
+    due = {f"t{i:03d}": T_MS + (i * 211) % 5000 for i in range(200)}
+
+    async def scenario() -> None:
+        rig.now = T_MS - 500
+        await engine.ingest([rig.request(timer_id, due_ms) for timer_id, due_ms in due.items()])
+        firing = asyncio.create_task(engine.run(poll_s=0.01))
+        try:
+            for rig.now in range(T_MS - 450, T_MS + 6000, 30):
+                rig.frontier.behind[0] = rig.now
+                ticks = [rig.tick_record(rig.now // 1000)] if rig.now % 1000 < 30 else []
+                if T_MS + 600 <= rig.now < T_MS + 630:
+                    ticks.append(rig.tick_record(T + 3600, source="rogue"))
+                engine.note_ticks(ticks)
+                engine.wake()
+                await _handled(rig)
+        finally:
+            firing.cancel()
+        await engine.landed()
+
+    asyncio.run(scenario())
+    assert _early(rig) == []
+    assert sorted(rig.fired()) == sorted(due)
+    # Each on the first real tick at or after its due time (they come within 30 ms of their second).
+    seconds = {(cb.header("kt-id") or b"").decode(): (cb.at_ms or 0) // 1000 for cb in rig.callbacks()}
+    assert seconds == {timer_id: -(-due_ms // 1000) for timer_id, due_ms in due.items()}
     assert rig.ticks_counted("ahead") == 1
+    assert rig.metrics.join_wait_bound._value.get() == 0
+    assert rig.table(0).watermark == T + 5
+    # No tick was left waiting: the sweep wrote every fired timer's tombstone.
+    tombstones = [s for s in rig.changelog(0) if s.key.startswith(TIMER_PREFIX) and s.value is None]  # type: ignore[union-attr]
+    assert len(tombstones) == len(due)
 
-    # Within the tolerance a tick may lead our clock: T+0.5 + 0.5 s reaches T+1.
-    rig.tick(T + 10, clock_ms=T_MS + 500)
-    assert rig.fired() == ["a", "b"]
-    assert rig.table(0).watermark == T + 1
-    assert rig.ticks_counted("ahead") == 2
 
-    rig.tick(T + 10, clock_ms=(T + 10) * 1000)
-    assert rig.fired() == ["a", "b", "c"]
-    assert rig.table(0).watermark == T + 10
-    assert rig.ticks_counted("ahead") == 2
+@pytest.mark.parametrize("precise", [False, True])
+def test_a_tick_ahead_of_the_clock_within_the_tolerance_fires_nothing_before_the_clock_reaches_it(
+    tmp_path, precise
+):
+    rig = WallClockRig(
+        tmp_path,
+        WorkerConfig(common=CommonConfig(kafka=KafkaConfig()), precise=precise, clock_tolerance_ms=500),
+    )
+    engine = rig.engine
+
+    async def scenario() -> None:
+        while not 550 <= wall_clock_ms() % 1000 < 650:
+            await asyncio.sleep(0.005)
+        s = wall_clock_ms() // 1000
+        due = {"now": s * 1000 + 500, "ahead-150": s * 1000 + 750, "ahead-350": s * 1000 + 950}
+        due["on-the-second"] = (s + 1) * 1000
+        await engine.ingest([rig.request(timer_id, due_ms) for timer_id, due_ms in due.items()])
+        # An oscillator whose clock runs 400 ms fast ticks s + 1 at s.600 by ours.
+        firing = asyncio.create_task(engine.run(poll_s=60))
+        engine.note_ticks([rig.tick_record(s + 1)])
+        engine.wake()
+        await asyncio.sleep(max((s + 2) * 1000 + 200 - wall_clock_ms(), 0) / 1000)
+        firing.cancel()
+        assert sorted(rig.fired()) == sorted(due)
+        assert _early(rig) == []
+        # Not held back past the second either: the engine woke as its clock reached it.
+        assert all((cb.at_ms or 0) - (s + 1) * 1000 < 150 for cb in rig.callbacks())
+        assert rig.ticks_counted("ahead") == 0
+
+    try:
+        asyncio.run(scenario())
+    finally:
+        rig.close()
 
 
 # -- late requests ------------------------------------------------------------
