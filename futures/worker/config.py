@@ -37,6 +37,53 @@ TABLE_NAME = "timers"
 RECORD_ALLOWANCE_BYTES = 16 * 1024
 
 
+@dataclass(frozen=True)
+class FireBudget:
+    """``TIMERS_FIRE_BUDGET_BYTES``: what the worker holds for firing, all partitions together.
+
+    Shared out so that no part waits for another's bytes: a share for a firing — three pieces
+    in flight and one being read, each a sixth of the share as stored timers and at most as
+    much again once built into callbacks (:func:`piece_count`) — and the rest for what the
+    mode builds ahead: the callbacks of the next second (second mode: half), or the open
+    windows (precise mode: three quarters, a firing there fires only what a window left).
+    """
+
+    total: int
+    precise: bool = False
+
+    @classmethod
+    def least_for(cls, max_timer_bytes: int, precise: bool) -> int:
+        """The smallest budget that :meth:`holds` stored timers of ``max_timer_bytes`` (bytes)."""
+        high = 1
+        while not cls(high, precise).holds(max_timer_bytes):
+            high *= 2
+        low = high // 2  # does not hold (or is 0)
+        while low + 1 < high:
+            middle = (low + high) // 2
+            low, high = (low, middle) if cls(middle, precise).holds(max_timer_bytes) else (middle, high)
+        return high
+
+    def holds(self, max_timer_bytes: int) -> bool:
+        """A piece read up to :attr:`piece` and one stored timer of ``max_timer_bytes`` past it
+        fit the firing's share: what a firing sends stays within it whatever the payloads."""
+        return self.piece + max_timer_bytes <= self.firing
+
+    @property
+    def firing(self) -> int:
+        """Bytes a firing holds, all its pieces together."""
+        return self.total // 4 if self.precise else self.total // 2
+
+    @property
+    def piece(self) -> int:
+        """Bytes of stored timers a firing reads for one piece."""
+        return max(self.firing // 6, 1)
+
+    @property
+    def ahead(self) -> int:
+        """Bytes of callbacks built ahead: the lookahead's, or all open precise windows'."""
+        return max(self.total - self.firing, 1)
+
+
 class LatePolicy(enum.Enum):
     """What to do with a request that arrives after its due time has passed.
 
@@ -198,6 +245,15 @@ class WorkerConfig:
             raise ConfigError(
                 f"TIMERS_FIRE_BUDGET_BYTES={self.fire_budget_bytes}: use at least 1048576 (1 MiB); "
                 "the default is 134217728 (128 MiB)"
+            )
+        if not FireBudget(self.fire_budget_bytes, self.precise).holds(self.max_payload_bytes):
+            least = FireBudget.least_for(self.max_payload_bytes, self.precise)
+            share = "a quarter of it in precise mode" if self.precise else "half of it"
+            raise ConfigError(
+                f"TIMERS_FIRE_BUDGET_BYTES={self.fire_budget_bytes} cannot hold a firing of timers as "
+                f"large as TIMERS_MAX_PAYLOAD_BYTES={self.max_payload_bytes} (a firing's share is {share}, "
+                f"and must hold a piece and one such timer): set TIMERS_FIRE_BUDGET_BYTES to at least "
+                f"{least}, or lower TIMERS_MAX_PAYLOAD_BYTES"
             )
         if self.admin_token is not None and len(self.admin_token.get_secret_value()) < 16:
             raise ConfigError("TIMERS_ADMIN_TOKEN is too short: use at least 16 random characters")

@@ -12,10 +12,9 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
 
 from futures.worker.callbacks import Callback
-from futures.worker.config import WorkerConfig
+from futures.worker.config import FireBudget, WorkerConfig
 from futures.worker.dispatch import Dispatcher
 from futures.worker.kafka import KafkaWriter
 from futures.worker.metrics import WorkerMetrics
@@ -35,36 +34,6 @@ def wall_clock_ms() -> int:
 def callback_bytes(callback: Callback) -> int:
     """About what ``callback`` holds in memory (bytes): its payload, and the rest."""
     return len(callback.value) + CALLBACK_OVERHEAD_BYTES
-
-
-@dataclass(frozen=True)
-class FireBudget:
-    """``TIMERS_FIRE_BUDGET_BYTES``: what the worker holds for firing, all partitions together.
-
-    Shared out so that no part waits for another's bytes: a share for a firing — three pieces
-    in flight and one being read, each a sixth of the share as stored timers and at most as
-    much again once built into callbacks (:func:`piece_count`) — and the rest for what the
-    mode builds ahead: the callbacks of the next second (second mode: half), or the open
-    windows (precise mode: three quarters, a firing there fires only what a window left).
-    """
-
-    total: int
-    precise: bool = False
-
-    @property
-    def firing(self) -> int:
-        """Bytes a firing holds, all its pieces together."""
-        return self.total // 4 if self.precise else self.total // 2
-
-    @property
-    def piece(self) -> int:
-        """Bytes of stored timers a firing reads for one piece."""
-        return max(self.firing // 6, 1)
-
-    @property
-    def ahead(self) -> int:
-        """Bytes of callbacks built ahead: the lookahead's, or all open precise windows'."""
-        return max(self.total - self.firing, 1)
 
 
 def piece_count(count: int, room: int) -> int:

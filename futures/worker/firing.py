@@ -8,14 +8,18 @@ ahead of ours.
 
 All partitions' timers go out as one stream in due order, not one partition after
 another: the timers a tick made latest go first, wherever they live. The stream goes in
-pieces — a third of ``TIMERS_FIRE_CHUNK_SIZE`` timers, and at most a twelfth of
-``TIMERS_FIRE_BUDGET_BYTES`` of stored timers — overlapped: while one piece's callbacks
+pieces — a third of ``TIMERS_FIRE_CHUNK_SIZE`` timers, and a twelfth of
+``TIMERS_FIRE_BUDGET_BYTES`` of stored timers (passed by one timer at most, read across the
+partitions from one room) — overlapped: while one piece's callbacks
 are on their way to the broker, the piece before is confirmed (delivery reports →
 FIRED events, dead letters, retries) and the one before that settled (the ``f`` records
 listing its timers written and the timers deleted, :func:`~futures.worker.changelog.commit`;
 their own tombstones come later, :mod:`~futures.worker.sweep`). So what is
-sent and not yet deleted — what a crash would send again — stays one chunk, and what
-the worker holds stays within the budget whatever the payloads.
+sent and not yet deleted — what a crash would send again — stays one chunk, and what is
+sent and not yet confirmed stays within the firing's share of the budget whatever the
+payloads the configuration admits (it refuses a budget whose share cannot hold a piece
+and one timer of ``TIMERS_MAX_PAYLOAD_BYTES``): a piece that would pass it waits for the
+one before to be confirmed.
 
 A timer whose callback failed transiently stays in the table, and the clock moves on:
 the table's low mark (:attr:`~futures.worker.table.PartitionTimers.low_ms`) makes the
@@ -60,40 +64,46 @@ class DueScan:
         self.limit_ms = limit_ms
         self._table = table
         self._items: list[tuple[bytes, bytes]] = []
-        self._bytes = 0
+        self.held = 0  # bytes of the stored timers in hand
         self.more = True  # the last read was full: the table may hold more due timers
         self.last = b""  # the last key read: the next read starts past it
 
-    def read(self, count: int, max_bytes: int) -> None:
-        """Read on, up to ``count`` due timers and ``max_bytes`` of them in hand.
+    def read(self, count: int, max_bytes: int) -> int:
+        """Read on, up to ``count`` due timers and ``max_bytes`` of them in hand (the last one
+        read may pass it: its size is known once it is read); the bytes read.
 
         Topped up, not read only once all were taken: a piece is the timers up to the
         first partition's last key read, and the other partitions' leftovers alone
         would make a piece of a few dozen timers, each piece costing broker round trips.
         """
-        want, room = count - len(self._items), max_bytes - self._bytes
+        want, room = count - len(self._items), max_bytes - self.held
         if want <= 0 or room <= 0 or not self.more:
-            return
+            return 0
         want = piece_count(want, room)
         items = self._table.due_items(self.limit_ms, want, after=self.last or None, max_bytes=room)
         read = sum(map(len, map(_second, items)))
         self.more = len(items) == want or read >= room
         if items:
             self._items.extend(items)
-            self._bytes += read
+            self.held += read
             self.last = items[-1][0]
+        return read
 
     def take(self, bound: bytes | None) -> list[tuple[bytes, int, bytes]]:
         """The timers in hand with keys up to ``bound`` (all of them if None), as (key, partition, value)."""
         items = self._items
         end = len(items) if bound is None else bisect.bisect_right(items, bound, key=_first)
         taken, self._items = items[:end], items[end:]
-        self._bytes -= sum(map(len, map(_second, taken)))
+        self.held -= sum(map(len, map(_second, taken)))
         # Built by zip, in C: this runs for every fired timer.
         return list(zip(map(_first, taken), repeat(self.partition), map(_second, taken)))
 
 
-_first, _second = itemgetter(0), itemgetter(1)
+_first, _second, _third = itemgetter(0), itemgetter(1), itemgetter(2)
+
+
+def _last_read(scan: DueScan) -> bytes:
+    return scan.last
 
 
 @dataclass
@@ -147,7 +157,9 @@ class Firing:
         piece, piece_bytes = ctx.config.fire_chunk_size // depth, ctx.budget.piece
         fired = Fired()
         scans = [self._scan(partition, second, fired) for partition, second in targets.items()]
-        flight: deque[Sending] = deque()
+        flight: deque[tuple[Sending, int]] = deque()  # and the bytes of its stored timers
+        unconfirmed = 0  # bytes of the timers in flight
+        waiting: list[tuple[bytes, int, bytes]] = []  # a piece that waits for room in the share
         settling: asyncio.Task[None] | None = None
         size = min(piece, _FIRST_PIECE)
         try:
@@ -156,24 +168,30 @@ class Firing:
                     # Revoked meanwhile (TimerEngine.revoke): nothing more of it is sent.
                     fired.cut.update(scan.partition for scan in scans if not ctx.owns(scan.partition))
                     scans = [scan for scan in scans if ctx.owns(scan.partition)]
-                share = max(len(scans), 1)
-                for scan in scans:
-                    scan.read(max(size // share, 1), max(piece_bytes // share, 1))
-                size = piece
-                # Past the first last-read key of a partition that may hold more, some
-                # partition's timers are not in hand yet: they wait for the next piece.
-                bound = min((scan.last for scan in scans if scan.more), default=None)
-                # Each scan's run is in key order: Timsort merges them.
-                batch = sorted(chain.from_iterable(scan.take(bound) for scan in scans))
+                    waiting = [timer for timer in waiting if ctx.owns(timer[1])]
+                if waiting:
+                    batch, waiting = waiting, []
+                else:
+                    batch = self._next_piece(scans, size, piece_bytes)
+                    size = piece
                 if batch:
-                    # Built as they go out, but for those built before the tick (Lookahead).
-                    refused: list[Item] = []
-                    flight.append(dispatch.send(self._lookahead.take(batch, refused), ctx.clock(), refused))
-                    if len(flight) < depth - 1:
-                        continue  # the next piece goes out before this one is confirmed
+                    batch_bytes = sum(map(len, map(_third, batch)))
+                    if flight and unconfirmed + batch_bytes > ctx.budget.firing:
+                        # Large timers: what is sent and unconfirmed stays within the firing's
+                        # share of the budget, so this piece waits for the oldest to be confirmed.
+                        waiting = batch
+                    else:
+                        # Built as they go out, but for those built before the tick (Lookahead).
+                        refused: list[Item] = []
+                        sending = dispatch.send(self._lookahead.take(batch, refused), ctx.clock(), refused)
+                        flight.append((sending, batch_bytes))
+                        unconfirmed += batch_bytes
+                        if len(flight) < depth - 1:
+                            continue  # the next piece goes out before this one is confirmed
                 if not flight:
                     return fired
-                sending = flight.popleft()
+                sending, sent_bytes = flight.popleft()
+                unconfirmed -= sent_bytes
                 outcome = await dispatch.confirm(sending)
                 await dispatch.deliver_dead_letters(outcome)
                 self._confirmed(outcome, sending.callbacks, changes, fired)
@@ -182,7 +200,7 @@ class Firing:
                         targets[partition] = second
                         changes[partition] = Changes()
                         scans.append(self._scan(partition, second, fired))
-                if flight or any(scan.more for scan in scans):
+                if flight or waiting or any(scan.more for scan in scans):
                     # A large second: this piece is settled while the next go out (one settle
                     # at a time, in order); the last piece is the caller's, with the clock move.
                     if settling is not None:
@@ -197,6 +215,34 @@ class Firing:
         finally:
             if settling is not None:
                 await settling
+
+    @staticmethod
+    def _next_piece(scans: list[DueScan], count: int, max_bytes: int) -> list[tuple[bytes, int, bytes]]:
+        """The next piece of the stream: at most about ``count`` timers and ``max_bytes`` of
+        them read (and in hand) across ``scans``, as (key, partition, value) in due order.
+
+        The scans read in turn from the room the others left, the one the merge waits for (its
+        last key read is the lowest) first, each up to its share; none once the piece's bytes
+        are in hand. So what a piece holds passes ``max_bytes`` by one timer at most, whatever
+        the payloads and however many partitions fire.
+        """
+        share = max(len(scans), 1)
+        in_hand = sum(scan.held for scan in scans)
+        for scan in sorted(scans, key=_last_read):
+            room = max_bytes - in_hand
+            if room <= 0:
+                break
+            in_hand += scan.read(max(count // share, 1), min(max(max_bytes // share, 1), scan.held + room))
+        # Past the first last-read key of a partition that may hold more, some
+        # partition's timers are not in hand yet: they wait for the next piece.
+        bound = min((scan.last for scan in scans if scan.more), default=None)
+        # Each scan's run is in key order: Timsort merges them.
+        batch = sorted(chain.from_iterable(scan.take(bound) for scan in scans))
+        if not batch and in_hand >= max_bytes:
+            # The piece's bytes are in hand, all past a partition that had no room left to read:
+            # they go out now, a little out of order, rather than wait for room that never comes.
+            batch = sorted(chain.from_iterable(scan.take(None) for scan in scans))
+        return batch
 
     def _confirmed(
         self, outcome: FireOutcome, sent: list[Callback], changes: dict[int, Changes], fired: Fired

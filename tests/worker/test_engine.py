@@ -1309,3 +1309,46 @@ def test_a_partition_handed_back_after_a_revocation_mid_firing_fires_what_it_did
     rig.tick(T + 1)
     assert set(rig.fired()) == {f"h{i:04d}" for i in range(3000)}
     assert rig.pending_ids() == []
+
+
+def _most_unconfirmed(rig: Rig, topic: str = "orders") -> Callable[[], int]:
+    """Watch the callbacks ``rig``'s producer holds sent and not yet confirmed: the most bytes
+    of their values at any moment (call the returned function to read it). Their reports come
+    when the engine waits for them (a flush), not as they are produced, so the most is what the
+    producer holds as a flush begins."""
+    most = 0
+    producer = rig.producer
+    flush = producer.flush
+    flushing = False
+
+    def flushed(timeout: float = -1.0) -> int:
+        nonlocal flushing, most
+        held = sum(len(sent.value or b"") for sent, _ in producer._queue if sent.topic == topic)
+        most = max(most, held)
+        flushing = True
+        try:
+            return flush(timeout)
+        finally:
+            flushing = False
+
+    producer.flush = flushed  # type: ignore[method-assign]
+    producer.hold_if = lambda sent: sent.topic == topic and not flushing
+    return lambda: most
+
+
+def test_a_firing_of_the_largest_timers_holds_no_more_unconfirmed_bytes_than_its_share(make_rig):
+    budget = 3 * 1024 * 1024  # second mode: half of it, about 1.5 MB, for a firing
+    rig = make_rig(fire_budget_bytes=budget)
+    share = rig.engine._ctx.budget.firing
+    payload = rig.config.max_payload_bytes - 2_000  # the largest a request may carry, with its id and key
+    due = {f"big-{i:02d}": T_MS - 900 + 50 * i for i in range(16)}
+    rig.ingest(
+        *(
+            rig.request(timer_id, due_ms, partition=i % 4, payload=bytes([i]) * payload)
+            for i, (timer_id, due_ms) in enumerate(due.items())
+        )
+    )
+    most = _most_unconfirmed(rig)
+    rig.tick(T, partitions=(0, 1, 2, 3))
+    assert sorted(rig.fired()) == sorted(due)
+    assert most() <= share, f"{most():,} bytes unconfirmed against a share of {share:,}"

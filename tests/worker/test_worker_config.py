@@ -201,3 +201,16 @@ def test_admin_tokens_are_read_from_mounted_files(tmp_path):
     (tmp_path / "token").write_text("short\n")
     with pytest.raises(ConfigError, match="TIMERS_ADMIN_TOKEN is too short"):
         WorkerConfig.from_env(env)
+
+
+@pytest.mark.parametrize("precise", [False, True])
+def test_a_budget_that_cannot_hold_a_firing_of_the_largest_timers_is_refused_saying_what_to_set(precise):
+    env = {"TIMERS_FIRE_BUDGET_BYTES": str(1024 * 1024), "TIMERS_PRECISE": "1" if precise else "0"}
+    with pytest.raises(ConfigError, match="TIMERS_FIRE_BUDGET_BYTES") as refused:
+        WorkerConfig.from_env(env)  # the largest timer by default: 1,000,000 bytes
+    least = int(str(refused.value).split("at least ")[1].split(",")[0])
+    assert WorkerConfig.from_env({**env, "TIMERS_FIRE_BUDGET_BYTES": str(least)}).fire_budget_bytes == least
+    with pytest.raises(ConfigError, match=f"at least {least}"):
+        WorkerConfig.from_env({**env, "TIMERS_FIRE_BUDGET_BYTES": str(least - 1)})
+    # Smaller timers fit the smallest budget.
+    assert WorkerConfig.from_env({**env, "TIMERS_MAX_PAYLOAD_BYTES": "100000"}).max_payload_bytes == 100_000
