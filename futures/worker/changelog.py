@@ -59,6 +59,9 @@ class Changes:
     request_offset: int | None = None  # last `timer-request` offset applied, when requests were
     # Last offset applied of each other ingress topic (TIMERS_INGRESS_TOPICS).
     topic_offsets: dict[str, int] = field(default_factory=dict)
+    #: Per ingress topic, the last offset of the step this write is of: its ``m:applying:``
+    #: record, first among ``records`` (:meth:`~futures.worker.table.PartitionTimers.may_hold`).
+    applying: dict[str, int] = field(default_factory=dict)
     scheduled: int = 0  # timers accepted into the table, counted once the write is durable
     # Ids touched in this step → due ms (None = removed): later requests in the
     # same step must see earlier ones before anything reaches the table.
@@ -192,6 +195,7 @@ async def commit(ctx: EngineContext, changes: dict[int, Changes], *, ahead: Ahea
             pending_delta=part.pending_delta,
             stale_index=part.stale_index,
             progress_on_disk=False,
+            applied=part.applying,
         )
         ctx.progress.add(partition, deliveries, tail, table)
 

@@ -34,7 +34,7 @@ from futures.worker.context import EngineContext
 from futures.worker.gaps import GapReader, ReadPast
 from futures.worker.series import is_recurring
 from futures.worker.staging import REFUSE, STAGED, stage
-from futures.worker.table import PartitionTimers, table_key
+from futures.worker.table import PartitionTimers, applying_record, table_key
 from futures.worker.windows import Windows
 from ktimers.config import IngressFormat
 from ktimers.wire import TimerEvent
@@ -75,6 +75,7 @@ class Ingest:
         """
         async with self._ctx.lock:
             records = self.owned(records)
+            step_ends = {(r.partition, r.topic): r.offset for r in records}  # in offset order
             now = self._ctx.clock()
             parser = RequestParser(self._ctx.config.parse_limits, now)
             decoder = Decoder(parser.context)
@@ -132,10 +133,10 @@ class Ingest:
                         record = run[taken - 1]
                         for _ in repeat(None, taken - 1):
                             queue.popleft()
-                    _note_offset(part, record, is_request)
+                    _note_offset(part, record, is_request, step_ends)
                     staged = await self._schedule(timers, part, now, table, staged)
                 else:
-                    _note_offset(part, record, is_request)
+                    _note_offset(part, record, is_request, step_ends)
                     staged = await self._stage_parsed(parser.parse(record), part, now, table, staged)
                 ahead.produce(self._ctx, changes)
                 if staged >= self._ctx.config.fire_chunk_size:
@@ -269,8 +270,11 @@ class Ingest:
         # Each id's version in the table, looked up together: the table changes only when the
         # step is written; versions staged earlier in the step are in the overlay. New ids
         # (``kt-ids: new``) have none: the lookup would only find nothing.
-        if timers.new_ids:
+        # Unless the record was applied before and its progress was lost: its timers are there.
+        last = sources[-1]
+        if timers.new_ids and not table.may_hold(last.topic, last.offset):
             in_table: list[int | None] = [None] * len(id_bytes)
+            table.note_put_unlooked(id_bytes)  # an id drawn again may be one fired, not swept yet
         elif len(id_bytes) > 1:
             in_table = table.dues_of_ids(id_bytes)
         else:
@@ -362,9 +366,17 @@ def _run(record: SourceRecord, queue: deque[tuple[SourceRecord, bool]]) -> list[
     return run
 
 
-def _note_offset(part: Changes, record: SourceRecord, is_request: bool) -> None:
-    """``record`` is applied in this step: its offset is its topic's progress."""
+def _note_offset(
+    part: Changes, record: SourceRecord, is_request: bool, step_ends: dict[tuple[int, str], int]
+) -> None:
+    """``record`` is applied in this step: its offset is its topic's progress. The write's first
+    record of its topic says how far the step goes (``m:applying:``), before any of its timers."""
     if is_request:
         part.request_offset = record.offset
     else:
         part.topic_offsets[record.topic] = record.offset
+    if record.topic not in part.applying:
+        # Read back from a gap, a record may lie past what the step was handed: never below it.
+        end = max(step_ends.get((record.partition, record.topic), record.offset), record.offset)
+        part.applying[record.topic] = end
+        part.records.append(applying_record(record.topic, end))

@@ -12,6 +12,9 @@ key                    value                       in the changelog?
                        offset (8), signed
 ``m:progress:`` + topic last applied offset (8)     yes
                        of another ingress topic
+``m:applying:`` + topic the last offset of the      yes: first in a write, so a
+                       step a write is of (8)      table holding its timers knows
+                                                   (:meth:`~PartitionTimers.may_hold`)
 ``i`` + id              due_ms(8)                   no: derived index for cancel/replace,
 (column family ``ids``)                            valid while its timer is there
 ``m:pending``           count (8)                   no: derived
@@ -131,6 +134,9 @@ OFFSET_KEY = b"m:offset"
 EPOCHS_KEY = b"m:epochs"
 STALE_KEY = b"m:stale"
 CURRENT_KEY = b"m:current"
+#: ``m:applying:`` + topic: the last offset of that ingress topic a write's step reaches, written
+#: first in the write (before its timers), so a table that holds its timers knows it may.
+APPLYING_PREFIX = b"m:applying:"
 
 _I64 = struct.Struct(">q")
 _PROGRESS = struct.Struct(">qq")
@@ -173,6 +179,12 @@ def progress_record(watermark: int, request_offset: int) -> Record:
 def topic_progress_record(topic: str, offset: int) -> Record:
     """Last applied offset of ``topic``, an ingress topic other than `timer-request`."""
     return TOPIC_PROGRESS_PREFIX + topic.encode(), _I64.pack(offset)
+
+
+def applying_record(topic: str, offset: int) -> Record:
+    """A write applies requests of ``topic`` (any ingress topic) up to ``offset`` (see
+    :meth:`PartitionTimers.may_hold`)."""
+    return APPLYING_PREFIX + topic.encode(), _I64.pack(offset)
 
 
 @dataclass(frozen=True)
@@ -378,6 +390,11 @@ class PartitionTimers:
         )
         #: Last applied offset of each other ingress topic (absent: none applied yet).
         self.topic_offsets: dict[str, int] = dict(self._read_topic_offsets())
+        #: Per ingress topic, the last offset a write reached, its progress landed or not (:meth:`may_hold`).
+        self._applying: dict[str, int] = {
+            key[len(APPLYING_PREFIX) :].decode(): int(_I64.unpack(value)[0])
+            for key, value in self._scan(APPLYING_PREFIX)
+        }
         self.pending = self._read_int(PENDING_KEY, _U64, 0)
         offset = self._read_int(OFFSET_KEY, _I64, -1)
         self.persisted_offset: int | None = None if offset < 0 else offset
@@ -462,6 +479,14 @@ class PartitionTimers:
     def _read_topic_offsets(self) -> Iterator[tuple[str, int]]:
         for key, value in self._scan(TOPIC_PROGRESS_PREFIX):
             yield key[len(TOPIC_PROGRESS_PREFIX) :].decode(), int(_I64.unpack(value)[0])
+
+    def may_hold(self, topic: str, offset: int) -> bool:
+        """Whether the timers of the record at ``offset`` of ``topic`` may be in the table already:
+        a write that applied it reached the table (or the changelog it was rebuilt from) but
+        its progress record did not, so the record is read again. Its ids must then be looked
+        up, also those its producer drew (``kt-ids: new``): the timers are there, and counting
+        them again would make the pending count wrong for good."""
+        return offset <= self._applying.get(topic, NO_OFFSET)
 
     def index_entries(self) -> Iterator[tuple[bytes, bytes]]:
         """The id index: (``i`` + id, the due time's 8 bytes), in key order."""
@@ -697,6 +722,12 @@ class PartitionTimers:
         entry is read before the sweep deletes it."""
         self._note_found([INDEX_PREFIX + timer_id.encode()])
 
+    def note_put_unlooked(self, timer_ids: list[bytes]) -> None:
+        """The ids (UTF-8 bytes) are put without a lookup (``kt-ids: new``): as
+        :meth:`note_put_again`, should one be an id fired and not swept yet."""
+        if self._trusted_from is not None:
+            self._note_found([INDEX_PREFIX + timer_id for timer_id in timer_ids])
+
     def _trusts(self, fired_key: bytes) -> bool:
         trusted_from = self._trusted_from
         return trusted_from is not None and _U64.unpack_from(fired_key, len(FIRED_PREFIX))[0] >= trusted_from
@@ -760,6 +791,7 @@ class PartitionTimers:
         *,
         progress_on_disk: bool = True,
         owner_epoch: int | None = None,
+        applied: dict[str, int] | None = None,
     ) -> None:
         """Apply changelog records in order, atomically, and remember ``offset``.
 
@@ -769,8 +801,12 @@ class PartitionTimers:
         too, which are no changelog records (the sweep's: :attr:`Unswept.stale_index`).
         ``progress_on_disk=False``: the progress record among ``records`` is still on its way to
         the changelog, so it moves the table in memory only; :meth:`progress_landed` writes it
-        once it landed (:mod:`futures.worker.progress`). ``owner_epoch``: the highest owner epoch a
+        once it landed (:mod:`futures.worker.progress`).
+        ``owner_epoch``: the highest owner epoch a
         replay met up to these records (:class:`~futures.worker.fencing.OwnerFence`).
+        ``applied``: the ``m:applying:`` records
+        among ``records`` (topic → offset), when the caller knows them (the live path does);
+        otherwise they are looked for.
         The records become the batch's operations in compiled code
         (:func:`~futures.worker.table_write.fill`).
         """
@@ -786,6 +822,9 @@ class PartitionTimers:
             delta = pending_delta
         pending = max(self.pending + delta, 0)
         batch.put(PENDING_KEY, _U64.pack(pending))
+        applying = applied if applied is not None else _applying_in(records)
+        for topic, applied_to in applying.items():
+            batch.put(*applying_record(topic, applied_to))
         if progress_on_disk:
             batch.put(PROGRESS_KEY, _PROGRESS.pack(watermark, request_offset))
         for topic, topic_offset in topic_offsets.items():
@@ -801,6 +840,8 @@ class PartitionTimers:
         self.owner_epoch = met
         self.pending, self.watermark, self.request_offset = pending, watermark, request_offset
         self.topic_offsets.update(topic_offsets)
+        for topic, applied_to in applying.items():
+            self._applying[topic] = max(self._applying.get(topic, NO_OFFSET), applied_to)
         if offset is not None:
             self.persisted_offset = offset
         if pending_delta is None:
@@ -870,3 +911,12 @@ class PartitionTimers:
     def destroy(self) -> None:
         self.close()
         shutil.rmtree(self.path, ignore_errors=True)
+
+
+def _applying_in(records: Sequence[Record]) -> dict[str, int]:
+    """The ``m:applying:`` records among changelog ``records`` (a replay's), the last of each topic."""
+    found: dict[str, int] = {}
+    for key, value in records:
+        if key.startswith(APPLYING_PREFIX) and value is not None:
+            found[key[len(APPLYING_PREFIX) :].decode()] = int(_I64.unpack(value)[0])
+    return found

@@ -7,16 +7,17 @@ worker to one contract.
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 import pytest
 
 from futures.client.records import TimerRecord, TimerSpec, build_batches, build_schedule
 from futures.ingress.records import SourceRecord
-from futures.worker.table import PartitionTimers
+from futures.worker.table import PROGRESS_KEY, PartitionTimers
 from ktimers.config import CommonConfig
 from ktimers.wire import IDS_HEADER, IDS_NEW, header_value
-from tests.worker.rig import T_MS, Kind, Rig, T
+from tests.worker.rig import T_MS, Kind, Rig, T, new_rig
 
 COMMON = CommonConfig()
 
@@ -104,3 +105,75 @@ def test_a_batch_of_drawn_ids_fires_every_timer_once(rig: Rig, lookups: list[byt
     fired = rig.fired()
     assert sorted(fired) == sorted(h.id for h in handles) and len(set(fired)) == 200
     assert rig.table(0).pending == 0
+
+
+def _drawn_batches(rig: Rig, count: int) -> list[SourceRecord]:
+    """``count`` timers with ids the client drew (``kt-ids: new``), due in T + 1, in batch records."""
+    specs = [TimerSpec("orders", f"k{n}", b"v", at=(T_MS + 100 + n) / 1000) for n in range(count)]
+    records, _ = build_batches(
+        COMMON, specs, partitions=1, partition_of=lambda key, count: 0, now=rig.now / 1000, batch_size=16
+    )
+    return [_source(rig, r) for r in records]
+
+
+def _pending_is_exact(table: PartitionTimers, count: int) -> None:
+    assert len(list(table.iter_pending())) == count
+    assert table.pending == count
+
+
+def test_requests_with_drawn_ids_applied_again_after_a_restart_count_each_timer_once(tmp_path) -> None:
+    rig = new_rig(tmp_path / "worker")
+    sources = _drawn_batches(rig, 50)
+    # The step is in the table and the changelog, its progress record is not: the worker dies.
+    rig.producer.hold_if = lambda sent: sent.key == PROGRESS_KEY
+    asyncio.run(rig.engine.ingest(sources))
+    _pending_is_exact(rig.table(0), 50)
+    rig.close()
+
+    restarted = Rig(rig.directory, rig.config)  # the same data dir
+    assert restarted.table(0).request_offset < sources[-1].offset  # so its requests are read again
+    restarted.ingest(*sources)
+    _pending_is_exact(restarted.table(0), 50)
+    restarted.tick(T + 1)
+    assert len(restarted.fired()) == 50
+    _pending_is_exact(restarted.table(0), 0)
+    restarted.close()
+
+
+def test_requests_with_drawn_ids_applied_again_by_a_new_owner_count_each_timer_once(tmp_path) -> None:
+    rig = new_rig(tmp_path / "worker")
+    sources = _drawn_batches(rig, 50)
+    rig.producer.hold_if = lambda sent: sent.key == PROGRESS_KEY
+    asyncio.run(rig.engine.ingest(sources))
+    written = [s for s in rig.producer.sent if s.topic == rig.config.changelog_topic and s.delivered]
+    rig.close()
+
+    # Another worker rebuilds the table from the changelog, which ends with the step's records.
+    owner = new_rig(tmp_path / "owner")
+    owner.table(0).apply([(s.key or b"", s.value) for s in written], offset=len(written) - 1)
+    _pending_is_exact(owner.table(0), 50)
+    owner.ingest(*sources)
+    _pending_is_exact(owner.table(0), 50)
+    owner.close()
+
+
+def test_an_id_drawn_again_after_its_timer_fired_is_still_found_by_a_cancel(rig: Rig) -> None:
+    first, timer_id = _schedule(rig, T_MS + 500)
+    rig.ingest(first)
+    rig.tick(T + 1)
+    assert rig.fired() == [timer_id]  # listed for the sweep, not swept yet
+    # The same id comes again as new (a producer reusing what it drew), before the sweep.
+    record, _ = build_schedule(
+        COMMON, "orders", "k", b"v", now=rig.now / 1000, at=(T_MS + 5_500) / 1000, id=timer_id
+    )
+    again = rig.raw_request(record.key, record.value, (*record.headers, (IDS_HEADER, IDS_NEW)))
+    rig.ingest(again)
+    _pending_is_exact(rig.table(0), 1)
+    asyncio.run(rig.engine.sweep())
+
+    rig.ingest(rig.cancel(timer_id))
+    assert [e.id for e in rig.events(Kind.CANCELLED)] == [timer_id]
+    assert rig.events(Kind.CANCEL_MISSED) == []
+    _pending_is_exact(rig.table(0), 0)
+    rig.tick(T + 6)
+    assert rig.fired() == [timer_id]  # once, the first time
