@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import abc
 import time
+import weakref
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar, NamedTuple, SupportsIndex
@@ -28,6 +29,7 @@ from typing import Any, ClassVar, NamedTuple, SupportsIndex
 from aiokafka import AIOKafkaConsumer
 from aiokafka.consumer import fetcher
 from aiokafka.record.default_records import _DefaultRecordBatchPy
+from aiokafka.structs import TopicPartition
 from faust.stores.base import SerializedStore
 from faust.tables import TableManager
 from faust.transport.drivers import aiokafka as faust_aiokafka
@@ -112,7 +114,14 @@ RELIES_ON: tuple[Reliance, ...] = (
     Reliance(f"{_STATE}.Assignment", "tps", "property", "fetch_position"),
     Reliance(f"{_STATE}.Assignment", "state_value", "(self, tp)", "fetch_position"),
     Reliance(f"{_STATE}.TopicPartitionState", "highwater", "attribute", "fetch_position"),
-    Reliance(f"{_STATE}.TopicPartitionState", "timestamp", "attribute", "fetch_position"),
+    Reliance(f"{_STATE}.TopicPartitionState", "timestamp", "attribute", "stamp_fetch_requests"),
+    Reliance(_AIOKAFKA, "_fetcher", "attribute", "stamp_fetch_requests"),
+    Reliance(
+        "aiokafka.consumer.fetcher.Fetcher",
+        "_proc_fetch_request",
+        "async (self, assignment, node_id, request)",
+        "stamp_fetch_requests",
+    ),
     Reliance(f"{_STATE}.TopicPartitionState", "position", "property", "fetch_position"),
     Reliance(f"{_STATE}.TopicPartitionState", "has_valid_position", "property", "fetch_position"),
     Reliance(_COORDINATOR, "group_id", "attribute", "group_coordinator"),
@@ -217,8 +226,51 @@ class FetchPosition(NamedTuple):
     highwater: int | None
     #: The next offset aiokafka hands over.
     position: int | None
-    #: When that fetch response was received (epoch ms).
+    #: When the fetch request that response answered was sent (epoch ms, this worker's clock):
+    #: the broker answered it later, so every record written before this time was in the
+    #: partition below ``highwater`` (see :func:`stamp_fetch_requests`).
     fetched_ms: int | None
+
+
+#: aiokafka's per-partition fetch state → when the request its last response answered was sent.
+_REQUESTED: weakref.WeakKeyDictionary[Any, int] = weakref.WeakKeyDictionary()
+
+
+def stamp_fetch_requests(consumer: AIOKafkaConsumer, on_response: Callable[[], None]) -> None:
+    """Record, per partition, when the fetch request its last response answered was sent, and
+    call ``on_response`` (on the consumer's thread) after each response is taken in.
+
+    aiokafka stamps a partition's state (``timestamp``) when it *processes* a fetch response,
+    which is later than the broker wrote it: a request written in between is in no response
+    yet, and a frontier taken at that time would let a tick pass it. The time the request was
+    sent is earlier than the broker's answer, so it is a time before which every record
+    written is in the response (as far as this worker's clock agrees with the producers').
+
+    Wraps the started consumer's ``Fetcher._proc_fetch_request`` (one coroutine per request,
+    run on the consumer's thread): the time is taken before the request goes, and recorded
+    for the partitions whose state the response stamped, after aiokafka wrote their high
+    watermark, so a reader that reads it first never pairs it with an older high watermark.
+    """
+    fetcher = consumer._fetcher
+    process = fetcher._proc_fetch_request
+
+    async def stamped(assignment: Any, node_id: Any, request: Any) -> Any:
+        sent_ms = time.time_ns() // 1_000_000
+        states = [
+            assignment.state_value(TopicPartition(topic, partition[0]))
+            for topic, partitions in request.topics
+            for partition in partitions
+        ]
+        before = [state.timestamp for state in states]
+        try:
+            return await process(assignment, node_id, request)
+        finally:
+            for state, stamp in zip(states, before, strict=True):
+                if state.timestamp != stamp:  # this response's
+                    _REQUESTED[state] = sent_ms
+            on_response()
+
+    fetcher._proc_fetch_request = stamped
 
 
 def fetch_position(consumer: faust_aiokafka.Consumer, tp: TP) -> FetchPosition:
@@ -228,9 +280,11 @@ def fetch_position(consumer: faust_aiokafka.Consumer, tp: TP) -> FetchPosition:
     ListOffsets under-reports the end of a partition on the embedded broker. Relies on
     Faust's consumer thread holding the aiokafka consumer (``_thread._consumer``, None
     until it starts) and on aiokafka's per-partition fetch state
-    (``_subscription.subscription.assignment.state_value(tp)``), whose ``highwater``
-    and then ``timestamp`` the fetcher sets from every fetch response, on its thread:
-    the time is read first, so that a high watermark is never older than it.
+    (``_subscription.subscription.assignment.state_value(tp)``), whose ``highwater`` the
+    fetcher sets from every fetch response, on its thread, before
+    :func:`stamp_fetch_requests` records when that response's request was sent: the time
+    is read first, so that a high watermark is never older than it. None until a
+    consumer stamped by :func:`stamp_fetch_requests` has had a response.
     """
     unknown = FetchPosition(None, None, None)
     running = consumer._thread._consumer
@@ -240,7 +294,7 @@ def fetch_position(consumer: faust_aiokafka.Consumer, tp: TP) -> FetchPosition:
     if assignment is None or tp not in assignment.assignment.tps:
         return unknown
     state = assignment.assignment.state_value(tp)
-    fetched_ms = state.timestamp
+    fetched_ms = _REQUESTED.get(state)
     return FetchPosition(state.highwater, state.position if state.has_valid_position else None, fetched_ms)
 
 

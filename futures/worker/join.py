@@ -10,8 +10,9 @@ of its partition that are older than it:
 * the consumer knows, for each request partition, the timestamp up to which every
   request is applied — its **frontier** (:class:`RequestFrontier`): the timestamp of the
   oldest request fetched and not yet applied, or of the last applied one while the
-  broker holds unread records; when everything was applied, the time of the fetch
-  response that said so (a request written after it is in no response seen yet);
+  broker holds unread records; when everything was applied, the time the fetch request
+  was sent whose response said so (the broker answered later, so a request written
+  before it is in that response; one written after may be in no response seen yet);
 * a partition's clock moves to the tick's second only as far as its frontier allows
   (:meth:`WaitingTicks.claim`): the tick fires late, never ahead of a request written
   before it;

@@ -10,10 +10,16 @@
    on the consumer's thread, where aiokafka's fetcher lives.
    Committed offsets remain a hint for monitoring and for partitions that have
    no progress yet.
-2. **A short fetch wait on the embedded broker.** Faust hardcodes
-   ``fetch_max_wait_ms=1500``. Kafka answers a waiting fetch as soon as data
-   arrives, so that costs nothing there; Tansu waits out the full time, which
-   delayed ticks — and so timers — by up to 1.5 s.
+2. **Fetch requests stamped, and a short fetch wait.** The join's frontier
+   (:meth:`TimerConsumer.frontier_ms`) is the time a fetch request was sent, which
+   is before the broker answered it (:func:`faust_adapter.stamp_fetch_requests`):
+   the time aiokafka processed the response is later, and a request written in
+   between would lose to a tick. So a tick waits for a request sent after its
+   second to be answered, and a broker holds a fetch with no new data only
+   briefly: Faust hardcodes ``fetch_max_wait_ms=1500``, here 100 ms (Kafka answers
+   sooner as soon as data arrives) and 10 ms on the embedded broker (Tansu waits
+   out the full time). Each response wakes the engine, so a waiting tick fires as
+   soon as its frontier passes.
 3. **Fetched requests and ticks go to the engine whole.** Faust hands a stream
    one event at a time (~100 µs each: a 6-10 k events/s ceiling). Request records
    do not take that path: fetched batches go to a :class:`RequestBacklog`, and
@@ -119,22 +125,40 @@ def _records(batches: Iterable[tuple[TP, list[Any]]]) -> list[SourceRecord]:
     ]
 
 
-#: How long the embedded broker may hold a fetch with no new data (ms).
+#: How long a broker may hold a fetch with no new data (ms): a tick waits for a fetch request
+#: sent after its second to be answered (the join's frontier), so at most about this long
+#: when no request is written.
+FETCH_MAX_WAIT_MS = 100
+#: The same on the embedded broker, which holds a fetch for the whole wait even when data comes.
 EMBEDDED_FETCH_MAX_WAIT_MS = 10
 
 
 class TimerConsumerThread(faust_adapter.ConsumerThreadBase):
     """Faust's consumer thread, with the member id kept in the data dir (docstring, 4), committed
-    transactions only (5) and what a fetch hands out while flow is stopped put back (6)."""
+    transactions only (5), what a fetch hands out while flow is stopped put back (6), and fetch
+    requests stamped and held briefly (2)."""
 
-    def on_consumer_created(self, consumer: Any) -> None:
-        faust_adapter.read_committed(consumer)
+    #: How long the broker may hold a fetch with no new data (ms).
+    fetch_max_wait_ms = FETCH_MAX_WAIT_MS
 
     def _dynamic_membership(self) -> bool:
         return self.app.conf.consumer_group_instance_id is None
 
+    def on_consumer_created(self, consumer: Any) -> None:
+        faust_adapter.read_committed(consumer)
+        faust_adapter.set_fetch_max_wait(consumer, self.fetch_max_wait_ms)
+
     async def on_start(self) -> None:
         await super().on_start()  # creates and starts the aiokafka consumer: not yet subscribed
+        # The join's frontier is when a fetch request was sent (docstring, 2): a tick waiting for
+        # it looks again as each response comes, on the engine's loop.
+        route, main_loop = _routes.get(self.app), self.parent_loop
+
+        def responded() -> None:
+            if route is not None and not main_loop.is_closed():
+                main_loop.call_soon_threadsafe(route.wake)
+
+        faust_adapter.stamp_fetch_requests(faust_adapter.started_consumer(self), responded)
         if self._dynamic_membership():
             await membership.leave_previous(faust_adapter.started_consumer(self), Path(self.app.conf.datadir))
 
@@ -257,8 +281,8 @@ class TimerConsumer(faust_adapter.ConsumerBase):
     def frontier_ms(self, partition: int) -> int | None:
         """Epoch ms before which every request of ``partition`` is applied (see
         :mod:`futures.worker.join`; None: no request topic). From what this consumer fetched
-        and the high watermarks of the fetch responses, and when they came (ListOffsets
-        under-reports on the embedded broker)."""
+        and the high watermarks of the fetch responses, and when their requests were sent
+        (ListOffsets under-reports on the embedded broker)."""
         route = _routes.get(self.app)
         if route is None:
             return None
@@ -405,8 +429,10 @@ class RequestBacklog:
         ``position`` of ``fetching`` (the next offset to come), and all of it is in hand
         unless the position is past what was taken (records on their way from the
         fetcher). If the broker's ``highwater`` was not past the position either, every
-        record written before that fetch response was received is applied: its time is the
-        frontier. A high watermark says nothing of what was written after its response —
+        record written before the request of that fetch response was sent is applied: that
+        time, which is before the broker answered, is the frontier (not when the answer was
+        read: a record written in between is in no response yet). A high watermark says
+        nothing of what was written after its response —
         a partition left out of fetches while its backlog drains has an old one — so a tick
         of a later second waits for a newer response. Otherwise the broker holds more,
         written after the last record applied (-1: none known yet, so nothing may pass
@@ -477,9 +503,7 @@ class TimerTransport(faust_aiokafka.Transport):
 
 
 class ShortFetchConsumerThread(TimerConsumerThread):
-    def on_consumer_created(self, consumer: Any) -> None:
-        super().on_consumer_created(consumer)
-        faust_adapter.set_fetch_max_wait(consumer, EMBEDDED_FETCH_MAX_WAIT_MS)
+    fetch_max_wait_ms = EMBEDDED_FETCH_MAX_WAIT_MS
 
 
 class ShortFetchConsumer(TimerConsumer):

@@ -10,6 +10,7 @@ from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
+from aiokafka import AIOKafkaConsumer
 from aiokafka.consumer import fetcher
 from aiokafka.record.memory_records import MemoryRecords
 from aiokafka.structs import TopicPartition
@@ -443,3 +444,45 @@ def test_a_hole_the_consumer_did_not_read_past_is_still_read_back(
 
     assert worker.gaps.reads == [(dropped[0], marker + 1)]
     assert sorted(rig.pending_ids()) == ["after", "before-0", "before-1", "before-2", "dropped"]
+
+
+def test_the_frontier_is_when_the_fetch_request_was_sent_not_when_its_response_was_read() -> None:
+    # A cancel written after the broker answered a fetch, and before the worker read the answer,
+    # is in no response yet: the frontier must not pass its time, or a tick would not wait for it.
+    tp = TP("timer-request", 0)
+    written: list[int] = []
+    responded: list[bool] = []
+
+    async def check() -> None:
+        consumer = AIOKafkaConsumer(bootstrap_servers="127.0.0.1:1")
+        consumer.assign([TopicPartition(tp.topic, tp.partition)])
+        assignment = consumer._subscription.subscription.assignment
+        state = assignment.state_value(TopicPartition(tp.topic, tp.partition))
+        state.seek(5)
+
+        async def answer(assignment: Any, node_id: int, request: Any) -> bool:
+            """aiokafka's: the broker answers (nothing past offset 5), then the worker reads it."""
+            await asyncio.sleep(0.02)  # on its way to the broker and back
+            state.highwater = 5
+            await asyncio.sleep(0.02)  # the answer waits for the consumer's thread
+            written.append(time.time_ns() // 1_000_000)  # the cancel, offset 5, in no response
+            await asyncio.sleep(0.002)
+            state.timestamp = time.time_ns() // 1_000_000  # aiokafka stamps the response as read
+            return True
+
+        consumer._fetcher = SimpleNamespace(_proc_fetch_request=answer)
+        faust_adapter.stamp_fetch_requests(consumer, lambda: responded.append(True))
+        request = SimpleNamespace(topics=[(tp.topic, [(tp.partition, 5, 1 << 20)])])
+        assert await consumer._fetcher._proc_fetch_request(assignment, 0, request)
+        faust_consumer = SimpleNamespace(_thread=SimpleNamespace(_consumer=consumer))
+        position = faust_adapter.fetch_position(faust_consumer, tp)  # type: ignore[arg-type]
+        backlog = RequestBacklog()
+        backlog.taken_to({tp: 5})
+        frontier_ms = backlog.frontier_ms(tp, position)
+        [cancel_ms] = written
+        assert frontier_ms < cancel_ms - 30, (frontier_ms, cancel_ms)
+        assert responded == [True]  # the engine looks again
+        consumer._fetcher = None
+        await consumer.stop()
+
+    asyncio.run(check())
