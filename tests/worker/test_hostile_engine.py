@@ -10,18 +10,22 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import tempfile
 from pathlib import Path
 
 import pytest
 from confluent_kafka import KafkaError
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
+from futures.ingress.records import SourceRecord
 from futures.worker.table import PartitionTimers, table_key
 from ktimers.deadletter import H_ORIGINAL_SIZE, H_TRUNCATED, MAX_DETAIL_CHARS
 from ktimers.errors import DeliveryError
 from ktimers.wire import H_ELEMENT_COUNT, H_INVALID_COUNT, Future, FutureBatch, TimerEvent
 from tests.protobuf_bytes import UNKNOWN_FIELDS, nested_groups, unknown_fields_future
 from tests.worker.fakes import permanent_error
-from tests.worker.rig import T_MS, Rig, T
+from tests.worker.rig import T_MS, Rig, T, new_rig
 
 Kind = TimerEvent.Kind
 
@@ -293,3 +297,43 @@ def test_a_future_nesting_groups_as_deep_as_protobuf_reads_is_dead_lettered_when
     (letter,) = rig.dlq()
     assert (letter.key, letter.header("kt-reason")) == (b"deep", b"unreadable-timer")
     assert rig.pending_ids() == []
+
+
+#: Seconds an oscillator topic may carry, around the worker's clock and far from it.
+_tick_seconds = st.one_of(
+    st.integers(min_value=T - 5, max_value=T + 10),
+    st.integers(min_value=0, max_value=2**63 - 1),
+    st.integers(min_value=-(2**63), max_value=-1),
+)
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    steps=st.lists(
+        st.tuples(st.integers(min_value=0, max_value=2_000), st.lists(_tick_seconds, max_size=4)),
+        min_size=1,
+        max_size=12,
+    )
+)
+def test_whatever_arrives_on_oscillator_nothing_fires_before_the_workers_clock_reaches_its_due_time(steps):
+    with tempfile.TemporaryDirectory() as directory:
+        rig = new_rig(Path(directory))
+        try:
+            rig.now = T_MS - 3_000
+            due = {f"t{i}": T_MS - 2_000 + 97 * i for i in range(150)}  # over 14.5 s from T - 2
+            rig.ingest(*(rig.request(timer_id, due_ms) for timer_id, due_ms in due.items()))
+            for moved_ms, seconds in steps:
+                rig.now += moved_ms
+                ticks = [
+                    SourceRecord(rig.topics.oscillator, 0, 0, str(second).encode(), None)
+                    for second in seconds
+                ]
+                rig.advance(ticks)  # note_ticks, then fire_ready: as the consumer and the engine do
+                assert all(int(cb.header("kt-due-ms") or 0) <= (cb.at_ms or 0) for cb in rig.callbacks()), (
+                    "a callback went out before its due time by the worker's clock"
+                )
+                # Nothing further ahead waits, so nothing holds the real ticks back.
+                limit_ms = rig.now + rig.config.clock_tolerance_ms
+                assert all(second * 1000 <= limit_ms for second in rig.engine._waiting.seconds().values())
+        finally:
+            rig.close()
