@@ -39,6 +39,7 @@ def register_agents(app: faust.App, engine: TimerEngine, config: WorkerConfig) -
             note_ticks=engine.note_ticks,
             wake=engine.wake,
             batch_size=config.ingest_batch_size,
+            frontier_moved=engine.frontier_moved,
         ),
     )
 

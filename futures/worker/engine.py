@@ -176,6 +176,12 @@ class TimerEngine:
         """Ticks came, or requests were applied: :meth:`run` looks at what may fire now."""
         self._woken.set()
 
+    def frontier_moved(self) -> None:
+        """A fetch response came, so the requests' frontier may have moved: :meth:`run` looks
+        again if a tick waits (not otherwise: responses come many times a second)."""
+        if self._waiting:
+            self._woken.set()
+
     async def run(self, poll_s: float = 0.5) -> None:
         """Fire what the waiting ticks allow whenever woken, and every ``poll_s`` seconds
         (a tick that waits for requests fires at the latest once TIMERS_JOIN_MAX_WAIT_S is up);

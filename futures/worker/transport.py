@@ -98,6 +98,9 @@ class BulkRoute:
     wake: Callable[[], None]
     #: Requests per ``ingest`` call (``TIMERS_INGEST_BATCH_SIZE``).
     batch_size: int
+    #: Called (on the engine's loop) when a fetch response came: a tick waiting for its
+    #: partition's frontier may fire now (``TimerEngine.frontier_moved``).
+    frontier_moved: Callable[[], None] = lambda: None
 
 
 _routes: weakref.WeakKeyDictionary[Any, BulkRoute] = weakref.WeakKeyDictionary()  # faust.App -> route
@@ -156,7 +159,7 @@ class TimerConsumerThread(faust_adapter.ConsumerThreadBase):
 
         def responded() -> None:
             if route is not None and not main_loop.is_closed():
-                main_loop.call_soon_threadsafe(route.wake)
+                main_loop.call_soon_threadsafe(route.frontier_moved)
 
         faust_adapter.stamp_fetch_requests(faust_adapter.started_consumer(self), responded)
         if self._dynamic_membership():

@@ -1352,3 +1352,23 @@ def test_a_firing_of_the_largest_timers_holds_no_more_unconfirmed_bytes_than_its
     rig.tick(T, partitions=(0, 1, 2, 3))
     assert sorted(rig.fired()) == sorted(due)
     assert most() <= share, f"{most():,} bytes unconfirmed against a share of {share:,}"
+
+
+def test_a_tick_waiting_for_its_requests_fires_as_the_fetch_response_that_frees_it_comes(rig):
+    rig.ingest(rig.request("due", T_MS - 100))
+    rig.now = T_MS + 20
+
+    async def scenario() -> None:
+        firing = asyncio.create_task(rig.engine.run(poll_s=60))  # no poll in this test's time
+        rig.frontier.behind[0] = T_MS - 50  # a request written just before the tick is unread
+        rig.engine.note_ticks([rig.tick_record(T)])
+        rig.engine.wake()
+        await _handled(rig)
+        assert rig.fired() == []
+        del rig.frontier.behind[0]  # the next fetch response says every request is applied
+        rig.engine.frontier_moved()
+        await _handled(rig)
+        firing.cancel()
+
+    asyncio.run(scenario())
+    assert rig.fired() == ["due"]
