@@ -83,6 +83,7 @@ def main(argv: Sequence[str] | None = None) -> None:
         config.app_id, partitions, config.common.kafka.profile.value, config.data_dir,
         static or "(dynamic)", session_s, heartbeat_s, rebalance_s,
     )  # fmt: skip
+    log.info("admin page at %s/admin/, its API at %s/api/", config.canonical_url, config.canonical_url)
     if config.instance_id and not static:
         log.warning("TIMERS_INSTANCE_ID is ignored on the embedded broker (no static membership there)")
     worker = faust.Worker(app, loglevel=level.lower(), quiet=True)

@@ -34,6 +34,13 @@ def test_worker_reports_ready_once_its_tables_are_recovered(running: Stack) -> N
     assert body == {"status": "ready", "partitions": [0, 1, 2, 3]}
 
 
+def test_worker_says_where_its_admin_page_is(running: Stack) -> None:
+    assert running.worker is not None
+    page = f"http://127.0.0.1:{running.web_port}/admin/"
+    assert f"admin page at {page}" in running.worker.output()
+    assert b"<html" in urllib.request.urlopen(page, timeout=5).read().lower()  # noqa: S310
+
+
 def test_worker_refuses_a_changelog_that_deletes_records(stack: Stack) -> None:
     changelog = WorkerConfig.from_env(stack.env).changelog_topic
     admin = AdminClient({"bootstrap.servers": stack.bootstrap})
