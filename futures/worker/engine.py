@@ -160,13 +160,6 @@ class TimerEngine:
                 duplicates += 1
         self.metrics.ticks.labels("duplicate").inc(duplicates)
 
-    async def advance(self, ticks: Sequence[SourceRecord]) -> None:
-        """Take a batch of ticks and fire what they make due (:meth:`note_ticks`, :meth:`fire_ready`);
-        durable, progress records too, when this returns."""
-        self.note_ticks(ticks)
-        await self.fire_ready()
-        await self.landed()
-
     async def landed(self) -> None:
         """Wait until the progress records of every write so far have landed (the firing task
         does not: the next write to their partitions does, :mod:`futures.worker.progress`)."""
@@ -183,22 +176,27 @@ class TimerEngine:
             self._woken.set()
 
     async def run(self, poll_s: float = 0.5) -> None:
-        """Fire what the waiting ticks allow whenever woken, and every ``poll_s`` seconds
-        (a tick that waits for requests fires at the latest once TIMERS_JOIN_MAX_WAIT_S is up);
-        sweep when no tick waits. A progress record that failed to land raises here, if no step
-        met it first."""
-        progress = self._ctx.progress
+        """The firing task: a :meth:`turn` whenever woken, and every ``poll_s`` seconds (a tick
+        that waits for requests fires at the latest once TIMERS_JOIN_MAX_WAIT_S is up; one ahead
+        of this worker's clock, once the clock reaches it). A progress record that failed to land
+        raises here, if no step met it first."""
         while True:
             try:
                 await asyncio.wait_for(self._woken.wait(), self._next_wake_s(poll_s))
             except TimeoutError:
                 pass
             self._woken.clear()
-            progress.settle()
-            await self._gather()
-            await self.fire_ready()
-            if not self._waiting and await self._sweep.step(give_way=self._ticks_wait):
+            if await self.turn():
                 self._woken.set()  # more to sweep: after what woke the engine meanwhile
+
+    async def turn(self) -> bool:
+        """One turn of the firing task: fire what the waiting ticks allow (in second mode, once a
+        second's ticks are gathered), then, if no tick waits, one step of the sweep. Whether more
+        is left to sweep."""
+        self._ctx.progress.settle()
+        await self._gather()
+        await self.fire_ready()
+        return not self._waiting and await self._sweep.step(give_way=self._ticks_wait)
 
     def _ticks_wait(self) -> bool:
         return bool(self._waiting)
@@ -257,12 +255,6 @@ class TimerEngine:
             except TimeoutError:
                 return
 
-    async def sweep(self) -> None:
-        """Write every fired timer's own tombstone now (:mod:`futures.worker.sweep`; tests)."""
-        while await self._sweep.step():
-            pass
-        await self.landed()
-
     async def fire_ready(self) -> None:
         """Move the clocks the waiting ticks allow, firing what comes due."""
         precise = self._precise
@@ -315,10 +307,6 @@ class TimerEngine:
         now = self._ctx.clock()
         ahead_ms = [second * 1000 - now for second in self._waiting.seconds().values() if second * 1000 > now]
         return min(poll_s, *(ms / 1000 for ms in ahead_ms)) if ahead_ms else poll_s
-
-    async def prepared(self) -> None:
-        """Wait until the callbacks being built ahead are built (tests and benchmarks)."""
-        await self._lookahead.built()
 
     # -- assignment, revocation and failure ---------------------------------------
 

@@ -23,6 +23,9 @@ from ktimers.wire import Cancel, Future, Header, Tick, TimerEvent, encode_second
 from tests.worker.fakes import FakeProducer, FakeTopics, Sent
 
 T = 1_795_000_000  # an epoch second
+#: Event loop turns a test gives the engine's background tasks between two ticks: more than
+#: building the callbacks of the few hundred timers a test holds takes.
+BETWEEN_TICKS_TURNS = 200
 T_MS = T * 1000
 Kind = TimerEvent.Kind
 
@@ -161,13 +164,33 @@ class Rig:
         self.advance([self.tick_record(second, p) for p in partitions])
 
     def fire_ready(self) -> None:
-        """What the engine's firing task does when the consumer wakes it."""
+        """What the engine's firing task does first in each turn: fire what the waiting ticks allow."""
         asyncio.run(self._landed_after(self.engine.fire_ready()))
         assert len(self.producer) == 0, "fire_ready returned before every record was delivered"
 
     def advance(self, ticks: list[SourceRecord]) -> None:
-        asyncio.run(self.engine.advance(ticks))
-        assert len(self.producer) == 0, "advance returned before every record was delivered"
+        asyncio.run(self.fire(ticks))
+        assert len(self.producer) == 0, "the firing returned before every record was delivered"
+
+    async def fire(self, ticks: list[SourceRecord]) -> None:
+        """What the consumer does with fetched ticks (the engine takes them), then the firing part
+        of the firing task's turn (:meth:`TimerEngine.turn`, whose sweep step :meth:`sweep` runs);
+        durable, progress records too, when this returns."""
+        self.engine.note_ticks(ticks)
+        await self.engine.fire_ready()
+        await self.engine.landed()
+
+    async def sweep(self) -> None:
+        """The firing task's turns while no tick waits: every fired timer's own tombstone written."""
+        while await self.engine.turn():
+            pass
+        await self.engine.landed()
+
+    async def between_ticks(self) -> None:
+        """The wait for the next tick, in which the engine's other tasks run (the next second's
+        callbacks are built ahead): the event loop turns until they are done."""
+        for _ in range(BETWEEN_TICKS_TURNS):
+            await asyncio.sleep(0)
 
     # -- what came out ------------------------------------------------------
 

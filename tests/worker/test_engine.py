@@ -585,7 +585,7 @@ def test_undelivered_changelog_leaves_the_table_unchanged(rig):
     rig.producer.fail = lambda topic: permanent_error() if topic == changelog else None
     rig.now = T_MS + 10
     with pytest.raises(DeliveryError):
-        asyncio.run(rig.engine.advance([rig.tick_record(T)]))
+        asyncio.run(rig.fire([rig.tick_record(T)]))
     # The callback went out but its deletion is not durable: the timer stays
     # (it fires again after a restart: at least once, never lost).
     assert rig.fired() == ["a"]
@@ -612,7 +612,7 @@ def test_a_changelog_failure_in_the_middle_of_a_hot_second_loses_nothing_and_rep
     rig.producer.fail = fail_midway
     rig.now = T_MS + 10
     with pytest.raises(DeliveryError):
-        asyncio.run(rig.engine.advance([rig.tick_record(T)]))
+        asyncio.run(rig.fire([rig.tick_record(T)]))
     first = rig.fired()
     assert 0 < len(first) < n
     deleted = n - rig.table(0).pending
@@ -1102,8 +1102,8 @@ def _tick_and_prepare(rig: Rig, second: int, partitions: tuple[int, ...] = (0,))
     rig.now = max(rig.now, second * 1000 + 10)
 
     async def run() -> None:
-        await rig.engine.advance([rig.tick_record(second, p) for p in partitions])
-        await rig.engine.prepared()
+        await rig.fire([rig.tick_record(second, p) for p in partitions])
+        await rig.between_ticks()
 
     asyncio.run(run())
 
@@ -1270,7 +1270,7 @@ def test_a_revocation_settles_once_the_firing_under_way_has_recorded_what_it_sen
 
     async def scenario() -> tuple[int, set[bytes]]:
         rig.producer.hold = True  # the broker is slow to acknowledge
-        firing = asyncio.ensure_future(rig.engine.advance([rig.tick_record(T)]))
+        firing = asyncio.ensure_future(rig.fire([rig.tick_record(T)]))
         while produced() < 200:  # two pieces out, the first awaiting its reports
             await asyncio.sleep(0.001)
         rig.owned = {1, 2, 3}

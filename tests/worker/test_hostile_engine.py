@@ -202,7 +202,7 @@ def test_a_timer_whose_callback_and_dead_letter_both_fail_is_not_deleted(rig: Ri
     rig.producer.fail = lambda t: permanent_error() if t in ("gone", rig.topics.dlq) else None
     rig.now = T_MS + 10
     with pytest.raises(DeliveryError):
-        asyncio.run(rig.engine.advance([rig.tick_record(T)]))
+        asyncio.run(rig.fire([rig.tick_record(T)]))
 
     # Its callback was refused for good and its dead letter was lost: the changelog, as
     # delivered, must still hold it, so that the worker restarted dead-letters it then.
@@ -255,8 +255,8 @@ def test_a_stored_timer_no_callback_can_be_built_from_is_dead_lettered_alone_and
         rig.now = (T - 1) * 1000 + 10
 
         async def tick_and_build() -> None:
-            await rig.engine.advance([rig.tick_record(T - 1)])
-            await rig.engine.prepared()
+            await rig.fire([rig.tick_record(T - 1)])
+            await rig.between_ticks()
 
         asyncio.run(tick_and_build())
     rig.tick(T)

@@ -169,7 +169,7 @@ def test_an_id_drawn_again_after_its_timer_fired_is_still_found_by_a_cancel(rig:
     again = rig.raw_request(record.key, record.value, (*record.headers, (IDS_HEADER, IDS_NEW)))
     rig.ingest(again)
     _pending_is_exact(rig.table(0), 1)
-    asyncio.run(rig.engine.sweep())
+    asyncio.run(rig.sweep())
 
     rig.ingest(rig.cancel(timer_id))
     assert [e.id for e in rig.events(Kind.CANCELLED)] == [timer_id]

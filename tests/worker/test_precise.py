@@ -62,13 +62,13 @@ def test_timers_go_out_at_their_millisecond_and_a_cancel_still_wins(tmp_path: Pa
         due = {"at-300": base + 300, "at-600": base + 600, "at-900": base + 900, "next": base + 1500}
         due["cancelled"] = base + 700
         await engine.ingest([rig.request(i, d) for i, d in due.items()])
-        await engine.advance([rig.tick_record(s)])  # opens the window (s, s + 1]
+        await rig.fire([rig.tick_record(s)])  # opens the window (s, s + 1]
 
         await _sleep_until(base + 450)
         await engine.ingest([rig.cancel("cancelled"), rig.cancel("at-300")])
 
         await _sleep_until(base + 1020)
-        await engine.advance([rig.tick_record(s + 1)])  # waits for the window, then opens the next
+        await rig.fire([rig.tick_record(s + 1)])  # waits for the window, then opens the next
 
         sent = {cb.header("kt-id").decode(): int(cb.header("kt-fired-ms")) for cb in rig.callbacks()}  # type: ignore[union-attr]
         assert set(sent) == {"at-300", "at-600", "at-900"}
@@ -93,10 +93,10 @@ def test_without_precise_mode_timers_wait_for_the_tick(tmp_path: Path) -> None:
     async def scenario() -> None:
         s = wall_clock_ms() // 1000
         await rig.engine.ingest([rig.request("soon", s * 1000 + 999)])
-        await rig.engine.advance([rig.tick_record(s)])
+        await rig.fire([rig.tick_record(s)])
         await asyncio.sleep(1.1)
         assert rig.callbacks() == []
-        await rig.engine.advance([rig.tick_record(s + 1)])
+        await rig.fire([rig.tick_record(s + 1)])
         assert [cb.header("kt-id") for cb in rig.callbacks()] == [b"soon"]
 
     _run(rig, scenario)
@@ -121,10 +121,10 @@ def test_a_late_tick_delays_no_timer_the_window_a_second_ahead_holds(tmp_path: P
         s = await _early_in_a_second()
         due = {"next-100": (s + 1) * 1000 + 100, "next-400": (s + 1) * 1000 + 400}
         await engine.ingest([rig.request(i, d) for i, d in due.items()])
-        await engine.advance([rig.tick_record(s)])  # opens windows s + 1 and s + 2
+        await rig.fire([rig.tick_record(s)])  # opens windows s + 1 and s + 2
         # The tick of s + 1 comes 700 ms late (it waited behind ingest, or in the broker).
         await _sleep_until((s + 1) * 1000 + 700)
-        await engine.advance([rig.tick_record(s + 1)])
+        await rig.fire([rig.tick_record(s + 1)])
 
         sent = _sent(rig)
         assert set(sent) == set(due)
@@ -145,13 +145,13 @@ def test_a_timer_accepted_after_its_window_opened_joins_it_and_a_new_version_rep
         s = await _early_in_a_second()
         base = s * 1000
         await engine.ingest([rig.request("moved", base + 500)])
-        await engine.advance([rig.tick_record(s - 1)])  # opens windows s and s + 1
+        await rig.fire([rig.tick_record(s - 1)])  # opens windows s and s + 1
 
         await _sleep_until(base + 200)
         # 400 ms ahead: its window is open already, it joins it. "moved" gets a new due time.
         await engine.ingest([rig.request("short-lead", base + 600), rig.request("moved", base + 800)])
         await _sleep_until(base + 1050)
-        await engine.advance([rig.tick_record(s)])
+        await rig.fire([rig.tick_record(s)])
 
         sent = _sent(rig)
         assert sorted(sent) == ["moved", "short-lead"]
@@ -176,11 +176,11 @@ def test_a_window_larger_than_a_scan_slice_sends_every_timer_once_at_its_millise
         window = (s + 2) * 1000
         due = {f"t{i:04d}": window - 999 + (i * 7) % 999 for i in range(1_000)}
         await engine.ingest([rig.request(i, d) for i, d in due.items()])
-        await engine.advance([rig.tick_record(s)])  # opens windows s + 1 and s + 2
+        await rig.fire([rig.tick_record(s)])  # opens windows s + 1 and s + 2
         opened = wall_clock_ms()  # on a busy machine, maybe after some of them were due
         await _sleep_until(window + 50)
-        await engine.advance([rig.tick_record(s + 1)])
-        await engine.advance([rig.tick_record(s + 2)])
+        await rig.fire([rig.tick_record(s + 1)])
+        await rig.fire([rig.tick_record(s + 2)])
 
         sent = _sent(rig)
         assert set(sent) == set(due)
@@ -205,7 +205,7 @@ def test_a_window_waits_for_requests_written_a_second_before_its_second(tmp_path
         s = await _early_in_a_second()
         base = s * 1000
         await engine.ingest([rig.request("cancelled", base + 300), rig.request("kept", base + 350)])
-        await engine.advance([rig.tick_record(s)])
+        await rig.fire([rig.tick_record(s)])
         rig.frontier.behind[0] = base - 1500  # requests written from base - 1500 on are not applied yet
 
         await _sleep_until(base + 500)
@@ -214,7 +214,7 @@ def test_a_window_waits_for_requests_written_a_second_before_its_second(tmp_path
         del rig.frontier.behind[0]
 
         await _sleep_until(base + 1020)
-        await engine.advance([rig.tick_record(s + 1)])
+        await rig.fire([rig.tick_record(s + 1)])
         assert [cb.header("kt-id") for cb in rig.callbacks()] == [b"kept"]
         assert [e.id for e in rig.events(Kind.CANCELLED)] == ["cancelled"]
 
@@ -244,9 +244,9 @@ def test_windows_hold_no_more_bytes_than_their_share_of_the_budget_and_still_sen
                 await asyncio.sleep(0.001)
 
         watching = asyncio.create_task(watch())
-        await engine.advance([rig.tick_record(s)])  # opens windows s + 1 and s + 2
+        await rig.fire([rig.tick_record(s)])  # opens windows s + 1 and s + 2
         await _sleep_until(base + 2020)
-        await engine.advance([rig.tick_record(s + 1)])
+        await rig.fire([rig.tick_record(s + 1)])
         watching.cancel()
         sent = {cb.header("kt-id").decode(): int(cb.header("kt-fired-ms")) for cb in rig.callbacks()}  # type: ignore[union-attr]
         assert sorted(sent) == sorted(due)
@@ -271,10 +271,10 @@ def test_a_window_waits_for_older_requests_at_most_the_bound_in_all(tmp_path: Pa
         base = s * 1000
         due = {f"t{i}": base + 300 + 10 * i for i in range(3)}
         await engine.ingest([rig.request(t, d) for t, d in due.items()])
-        await engine.advance([rig.tick_record(s)])
+        await rig.fire([rig.tick_record(s)])
         rig.frontier.behind[0] = base - 5000  # and it stays behind
         await _sleep_until(base + 1020)
-        await engine.advance([rig.tick_record(s + 1)])  # waits for the window to settle
+        await rig.fire([rig.tick_record(s + 1)])  # waits for the window to settle
         sent = {
             (cb.header("kt-id") or b"").decode(): int(cb.header("kt-fired-ms") or 0) for cb in rig.callbacks()
         }
@@ -298,10 +298,10 @@ def test_a_tick_that_comes_while_the_one_before_waits_for_the_engine_sends_nothi
         s = await _early_in_a_second()
         due = {f"t{i}": (s + 1) * 1000 + 100 * i for i in range(1, 10)}  # window s + 2's
         await engine.ingest([rig.request(t, d) for t, d in due.items()])
-        await engine.advance([rig.tick_record(s)])  # opens windows s + 1 and s + 2
+        await rig.fire([rig.tick_record(s)])  # opens windows s + 1 and s + 2
         await _sleep_until((s + 1) * 1000 + 50)
         async with rig.lock:  # an ingest step under way
-            firing = asyncio.create_task(engine.advance([rig.tick_record(s + 1)]))
+            firing = asyncio.create_task(rig.fire([rig.tick_record(s + 1)]))
             await _sleep_until((s + 2) * 1000 + 50)
             engine.note_ticks([rig.tick_record(s + 2)])
         await firing
@@ -329,10 +329,10 @@ def test_a_stored_timer_no_callback_can_be_built_from_is_dead_lettered_alone_and
         await engine.ingest([rig.request(t, d) for t, d in due.items()])
         bad_key = table_key(due["bad"], "bad")
         rig.table(0).apply([(bad_key, b"\x0a\x05ab")], offset=None)  # bytes protobuf does not read
-        await engine.advance([rig.tick_record(s)])  # opens windows s + 1 and s + 2
+        await rig.fire([rig.tick_record(s)])  # opens windows s + 1 and s + 2
         await _sleep_until((s + 2) * 1000 + 50)
-        await engine.advance([rig.tick_record(s + 1)])
-        await engine.advance([rig.tick_record(s + 2)])  # its scan finds what window s + 2 left
+        await rig.fire([rig.tick_record(s + 1)])
+        await rig.fire([rig.tick_record(s + 2)])  # its scan finds what window s + 2 left
 
         sent = _sent(rig)
         assert set(sent) == {"a", "c", "d"}
@@ -368,12 +368,12 @@ def test_futures_with_unknown_fields_of_any_wire_type_go_out_at_their_millisecon
             ]
 
         await engine.ingest(records("read"))
-        await engine.advance([rig.tick_record(s)])  # opens windows s + 1 and s + 2
+        await rig.fire([rig.tick_record(s)])  # opens windows s + 1 and s + 2
         await _sleep_until(base + 100)
         await engine.ingest(records("joined"))
         await _sleep_until((s + 2) * 1000 + 50)
-        await engine.advance([rig.tick_record(s + 1)])
-        await engine.advance([rig.tick_record(s + 2)])
+        await rig.fire([rig.tick_record(s + 1)])
+        await rig.fire([rig.tick_record(s + 2)])
 
         sent = _sent(rig)
         assert set(sent) == set(due)

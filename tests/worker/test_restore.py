@@ -33,7 +33,7 @@ def test_a_table_caught_up_from_where_it_stopped_is_exact_until_the_tombstones_w
     restore(b.table(0), log.read())
     b.ingest(b.cancel("c9"))
     b.tick(T + 4)  # fires the other nine
-    asyncio.run(b.engine.sweep())
+    asyncio.run(b.sweep())
     assert sorted(b.fired()) == [f"c{i}" for i in range(9)]
     log.append(b.changelog())
 

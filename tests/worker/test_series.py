@@ -104,7 +104,7 @@ def test_a_crash_before_the_write_repeats_the_occurrence_and_arms_the_next_once(
     rig.producer.fail = lambda topic: permanent_error() if topic == changelog else None
     rig.now = (T + 1) * 1000 + 10
     with pytest.raises(DeliveryError):
-        asyncio.run(rig.engine.advance([rig.tick_record(T + 1)]))
+        asyncio.run(rig.fire([rig.tick_record(T + 1)]))
     rig.producer.fail = lambda topic: None
     rig.tick(T + 1)  # the restarted worker fires the occurrence again, then arms the next
     rig.tick(T + 2)
@@ -197,15 +197,15 @@ def test_precise_mode_sends_each_occurrence_at_its_millisecond_and_a_cancel_ends
             await asyncio.sleep(0.01)
         s = wall_clock_ms() // 1000
         await engine.ingest([series(rig, "p", s * 1000 + 400, Recurrence(interval_ms=1000))])
-        await engine.advance([rig.tick_record(s)])
+        await rig.fire([rig.tick_record(s)])
         for second in (s + 1, s + 2):
             await asyncio.sleep(max((second * 1000 + 20) - wall_clock_ms(), 0) / 1000)
-            await engine.advance([rig.tick_record(second)])
+            await rig.fire([rig.tick_record(second)])
         await asyncio.sleep(max((s + 2) * 1000 + 450 - wall_clock_ms(), 0) / 1000)
         await engine.ingest([rig.cancel("p")])  # the third occurrence was just sent
         await asyncio.sleep(max((s + 4) * 1000 + 20 - wall_clock_ms(), 0) / 1000)
-        await engine.advance([rig.tick_record(s + 3)])
-        await engine.advance([rig.tick_record(s + 4)])
+        await rig.fire([rig.tick_record(s + 3)])
+        await rig.fire([rig.tick_record(s + 4)])
         got = occurrences(rig)
         assert [ordinal for ordinal, _ in got] == [1, 2, 3]
         for cb, (_, due) in zip(rig.callbacks(), got, strict=True):

@@ -71,7 +71,7 @@ def test_a_firing_deletes_its_timers_with_few_records_and_the_sweep_tombstones_e
     assert rig.table(0).fired_listings(10**9)
 
     before = len(rig.changelog())
-    asyncio.run(rig.engine.sweep())
+    asyncio.run(rig.sweep())
     swept = rig.changelog()[before:]
     tombstoned = {(s.key or b"")[9:].decode() for s in swept if (s.key or b"").startswith(TIMER_PREFIX)}
     assert tombstoned == fired and all(s.value is None for s in swept if s.key != b"m:progress")
@@ -90,7 +90,7 @@ def test_a_sweep_step_lets_the_event_loop_run_while_it_reads(make_rig: MakeRig) 
 
     async def sweep_beside_a_sender() -> None:
         nonlocal turns
-        sweeping = asyncio.ensure_future(rig.engine.sweep())
+        sweeping = asyncio.ensure_future(rig.sweep())
         while not sweeping.done():
             turns += 1
             await asyncio.sleep(0)
@@ -118,7 +118,7 @@ def test_a_sweep_step_gives_way_to_a_tick_and_the_next_goes_on_where_it_stopped(
     assert len([s for s in cut if (s.key or b"").startswith(TIMER_PREFIX)]) == 2 * SLICE_KEYS
     assert not [s for s in cut if (s.key or b"").startswith(FIRED_PREFIX)]  # its record stays
 
-    asyncio.run(rig.engine.sweep())
+    asyncio.run(rig.sweep())
     swept = rig.changelog()[before:]
     tombstoned = [(s.key or b"")[9:].decode() for s in swept if (s.key or b"").startswith(TIMER_PREFIX)]
     assert sorted(tombstoned) == sorted(fired)  # each fired timer once
@@ -144,7 +144,7 @@ def test_a_table_rebuilt_from_the_changelog_is_the_same_before_and_after_the_swe
     live = _state(rig.table(0))
     assert [timer_id for timer_id, _, _ in live[0]] == ["t00000", "later"] and live[2] == 2
     unswept = [(s.key or b"", s.value) for s in rig.changelog()]
-    asyncio.run(rig.engine.sweep())
+    asyncio.run(rig.sweep())
     assert _state(rig.table(0)) == live
     swept = [(s.key or b"", s.value) for s in rig.changelog()]
     for name, records in [
@@ -188,7 +188,7 @@ def test_each_partitions_sweep_goes_on_where_it_stopped_when_another_was_cut_sho
     rig.ingest(*(rig.request(f"a{i:04d}", T_MS + i % 1000) for i in range(1000)))
     rig.tick(T + 1, partitions=(0,))
     assert asyncio.run(rig.engine._sweep.step(give_way=_cut_after(1)))
-    asyncio.run(rig.engine.sweep())
+    asyncio.run(rig.sweep())
     assert rig.table(1).fired_listings(10**9) == [] == rig.table(0).fired_listings(10**9)
     assert rig.table(1).due_of("b0000") == T_MS + 9000
     rig.ingest(rig.cancel("b0000", partition=1))
@@ -217,7 +217,7 @@ def test_a_sweep_resumed_after_another_owner_reused_its_records_key_leaves_no_fi
     b.follows(a)
     restore(b.table(0), log.read())
     b.tick(T + 2)  # notes the partition for its sweep
-    asyncio.run(b.engine.sweep())
+    asyncio.run(b.sweep())
     log.append(b.changelog())
     b.close()
     b = new_rig(b.directory, fire_chunk_size=3000)  # B restarts on its data dir
@@ -235,7 +235,7 @@ def test_a_sweep_resumed_after_another_owner_reused_its_records_key_leaves_no_fi
     a.follows(b)
     a.owned = {0, 1, 2, 3}
     a.tick(T + 5)
-    asyncio.run(a.engine.sweep())
+    asyncio.run(a.sweep())
     assert a.table(0).fired_listings(10**9) == [] and a.pending_ids() == []
     log.append(a.changelog()[a_wrote:])
 
@@ -285,7 +285,7 @@ def test_a_sweep_cut_short_by_a_revocation_starts_its_record_again_and_keeps_new
     rig.owned = {0, 1, 2, 3}
     rig.ingest(rig.request("b0000", T_MS + 9000))
     rig.tick(T + 2)
-    asyncio.run(rig.engine.sweep())
+    asyncio.run(rig.sweep())
     assert rig.table(0).fired_listings(10**9) == []
     assert rig.table(0).due_of("b0000") == T_MS + 9000
     rig.ingest(rig.cancel("b0000"))
@@ -324,7 +324,7 @@ def test_the_sweep_takes_the_index_entries_of_the_timers_it_tombstones(make_rig:
     _hot_second(rig, n=500)
     # y fired, then scheduled again under another due time: its entry points at the new one.
     rig.ingest(rig.request("t00001", T_MS + 9000))
-    asyncio.run(rig.engine.sweep())
+    asyncio.run(rig.sweep())
     assert _indexed_ids(rig.table(0)) == {"later", "t00001"}
     assert rig.table(0).due_of("t00001") == T_MS + 9000
 
@@ -339,7 +339,7 @@ def test_a_table_that_forgets_the_ids_it_found_reads_the_entries_of_what_it_list
     _hot_second(rig, n=500)
     rig.ingest(rig.request("t00001", T_MS + 9000))
     rig.ingest(rig.request("t00002", T_MS + 9000))
-    asyncio.run(rig.engine.sweep())
+    asyncio.run(rig.sweep())
     assert _indexed_ids(rig.table(0)) == {"later", "t00001", "t00002"}
     rig.ingest(rig.cancel("t00001"))
     assert [e.id for e in rig.events(TimerEvent.Kind.CANCELLED)] == ["t00001"]
@@ -349,7 +349,7 @@ def test_a_series_swept_between_two_occurrences_can_still_be_cancelled(make_rig:
     rig = make_rig()
     rig.ingest(series(rig, "s", T_MS + 500, Recurrence(interval_ms=2000)))
     rig.tick(T + 1)  # the first occurrence fires, the second is armed in the same write
-    asyncio.run(rig.engine.sweep())
+    asyncio.run(rig.sweep())
     assert rig.table(0).due_of("s") == T_MS + 2500
     rig.ingest(rig.cancel("s"))
     assert [e.id for e in rig.events(TimerEvent.Kind.CANCELLED)] == ["s"]
@@ -368,7 +368,7 @@ def test_a_table_that_missed_the_sweeps_own_write_loses_its_stale_entries_on_rep
     shutil.copytree(path, rig.directory / "crashed.db")
     rig.tables[0] = PartitionTimers(path)
     before = len(rig.changelog())
-    asyncio.run(rig.engine.sweep())
+    asyncio.run(rig.sweep())
     crashed = PartitionTimers(rig.directory / "crashed.db")
     try:
         assert len(_indexed_ids(crashed)) == 501
@@ -386,7 +386,7 @@ def test_a_restarted_worker_sweeps_what_the_one_before_fired(make_rig: MakeRig) 
     restarted.table(0).apply(records, offset=None)  # recovered from the changelog
     assert restarted.table(0).fired_listings(10**9)
     restarted.tick(T + 2)  # its first tick notes the partition for the sweep
-    asyncio.run(restarted.engine.sweep())
+    asyncio.run(restarted.sweep())
     assert restarted.table(0).fired_listings(10**9) == []
     tombstoned = [
         s for s in restarted.changelog() if (s.key or b"").startswith(TIMER_PREFIX) and s.value is None
@@ -517,12 +517,12 @@ def test_an_idle_table_steps_over_none_of_the_tombstones_a_swept_burst_left(
     rig = make_rig(fire_chunk_size=3000)
     rig.ingest(*(rig.request(f"t{i:05d}", T_MS + (i * 7919) % 1000) for i in range(3000)))
     rig.tick(T + 1)
-    asyncio.run(rig.engine.sweep())
+    asyncio.run(rig.sweep())
     assert len(rig.fired()) == 3000 and rig.pending_ids() == []
     before = skipped()
     for second in range(T + 2, T + 12):  # ten idle seconds
         rig.tick(second)
-        asyncio.run(rig.engine.sweep())
+        asyncio.run(rig.sweep())
     table = rig.table(0)
     assert table.fired_listings(10**9) == [] and table.low_ms is None
     assert list(table.iter_range(0, T_MS + 10**6)) == []

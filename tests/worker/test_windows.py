@@ -87,14 +87,14 @@ def test_a_revoked_partition_sends_nothing_more_settles_what_it_sent_and_leaves_
     async def scenario() -> None:
         await rig.schedule(due, partition=0)
         await rig.schedule(other, partition=1)
-        await engine.advance([rig.tick_record(T - 1, p) for p in (0, 1)])  # opens windows T and T + 1
+        await rig.fire([rig.tick_record(T - 1, p) for p in (0, 1)])  # opens windows T and T + 1
         rig.now = START + 145  # t0..t4 are due
         await _until(lambda: len(rig.produced(0)) == 5)
         rig.revoke(0)
         await engine.settle_revoked()  # as the rebalance does, before the group rejoins
         rig.now = T * 1000 + 10  # the rest of the window is due
         await _until(lambda: len(rig.produced(1)) == 10)  # the partition kept sends on
-        await engine.advance([rig.tick_record(T, 1)])
+        await rig.fire([rig.tick_record(T, 1)])
         await asyncio.sleep(0.05)
 
     asyncio.run(scenario())
@@ -119,7 +119,7 @@ def test_a_revoked_window_that_cannot_settle_in_time_leaves_what_it_sent_to_the_
 
     async def scenario() -> float:
         await rig.schedule(due)
-        await rig.engine.advance([rig.tick_record(T - 1)])
+        await rig.fire([rig.tick_record(T - 1)])
         rig.producer.hold = True  # the broker stops answering
         rig.now = START + 145
         await _until(lambda: len(rig.produced()) == 5)
@@ -152,13 +152,13 @@ def test_a_cancel_applied_by_the_new_owner_is_not_defeated_by_the_old_one(
     async def scenario() -> None:
         for rig in (old, new):  # the new owner rebuilt the same table from the changelog
             await rig.schedule({"x": START + 500, "y": START + 600})
-            await rig.engine.advance([rig.tick_record(T - 1)])
+            await rig.fire([rig.tick_record(T - 1)])
         old.revoke(0)  # the rebalance: revoked here before the new owner is assigned it
         await new.engine.ingest([new.cancel("x")])
         for rig in (old, new):
             rig.now = T * 1000 + 10
         await _until(lambda: new.produced() == ["y"])
-        await new.engine.advance([new.tick_record(T)])
+        await new.fire([new.tick_record(T)])
         await asyncio.sleep(0.05)
 
     asyncio.run(scenario())
@@ -171,22 +171,21 @@ def test_a_failed_settle_stops_the_worker_and_its_timers_are_not_sent_again(
     owner: Callable[[], OwnerRig],
 ) -> None:
     rig = owner()
-    engine = rig.engine
     changelog = rig.config.changelog_topic
     due = {f"t{i}": START + 100 + 10 * i for i in range(5)}
 
     async def scenario() -> None:
         await rig.schedule(due)
-        await engine.advance([rig.tick_record(T - 1)])
+        await rig.fire([rig.tick_record(T - 1)])
         await rig.schedule({"next": T * 1000 + 100})  # window T + 1's
         rig.producer.fail = lambda topic: transient_error() if topic == changelog else None
         rig.now = T * 1000 + 10
         await _until(lambda: bool(rig.fatal))
         rig.producer.fail = lambda topic: None  # the broker is back: nothing must go out again
         rig.now = T * 1000 + 200
-        await engine.advance([rig.tick_record(T)])
+        await rig.fire([rig.tick_record(T)])
         await asyncio.sleep(0.05)
-        await engine.advance([rig.tick_record(T + 1)])
+        await rig.fire([rig.tick_record(T + 1)])
 
     asyncio.run(scenario())
     [failure] = rig.fatal
@@ -205,8 +204,8 @@ def test_what_was_prepared_ahead_for_a_revoked_partition_is_dropped_at_once(
     rig.now = T * 1000 + 10
 
     async def scenario() -> None:
-        await rig.engine.advance([rig.tick_record(T, p) for p in (0, 1)])
-        await rig.engine.prepared()
+        await rig.fire([rig.tick_record(T, p) for p in (0, 1)])
+        await rig.between_ticks()
         assert len(rig.engine._lookahead) == 2
         rig.owned.discard(1)
         rig.engine.revoke({1})
@@ -259,7 +258,7 @@ def test_a_second_larger_than_the_budget_is_read_on_as_it_sends_and_cancels_stil
 
     async def scenario() -> None:
         await rig.engine.ingest([rig.request(t, d, payload=big) for t, d in due.items()])
-        await rig.engine.advance([rig.tick_record(T - 1)])  # opens window T: it holds a0..a7
+        await rig.fire([rig.tick_record(T - 1)])  # opens window T: it holds a0..a7
         window = rig.engine._precise.windows._open[(0, T)]  # type: ignore[union-attr]
         assert not window.complete
         await rig.engine.ingest(
@@ -275,7 +274,7 @@ def test_a_second_larger_than_the_budget_is_read_on_as_it_sends_and_cancels_stil
             rig.now = step
             await asyncio.sleep(0.003)
         await _until(lambda: len(rig.produced()) == 11)
-        await rig.engine.advance([rig.tick_record(T)])
+        await rig.fire([rig.tick_record(T)])
 
     try:
         asyncio.run(scenario())
