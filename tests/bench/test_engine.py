@@ -28,10 +28,10 @@ def test_the_fire_phase_without_its_tick_leaves_the_hot_second_pending():
 
 
 def test_a_sweep_phase_whose_sweep_took_nothing_is_caught(monkeypatch):
-    async def no_sweep(self: TimerEngine) -> None:
-        pass
+    async def no_sweep(self: TimerEngine) -> bool:
+        return False  # a turn that swept nothing and says nothing is left
 
-    monkeypatch.setattr(TimerEngine, "sweep", no_sweep)
+    monkeypatch.setattr(TimerEngine, "turn", no_sweep)
     run = run_phase("sweep", 2_500)
     assert run.pending == 0 and run.unswept > 0
     with pytest.raises(SystemExit, match="tables left unswept afterwards"):
