@@ -61,6 +61,11 @@ class SimLoop(asyncio.SelectorEventLoop):
         self.run_forever()
         stop.cancel()
 
+    def __del__(self) -> None:
+        """Left open when dropped (asyncio closes a dropped loop): a crashed worker's coroutines
+        are collected after it, and one closed inside ``async with lock`` wakes the lock's next
+        waiter through ``call_soon``, which a closed loop refuses. Its sockets close with them."""
+
 
 def _quiet(loop: asyncio.AbstractEventLoop, context: dict[str, Any]) -> None:
     """A crashed worker's tasks are dropped pending: that is what a crash is, not an error."""

@@ -34,7 +34,7 @@ class Schedule:
     due_in_ms: int
     count: int = 1
     txn: Txn = Txn.PLAIN
-    malformed: bool = False  # a valid Future the worker chokes on (known hole 1)
+    malformed: bool = False  # a valid Future with an unknown group field appended
     spread_ms: int = 0  # timer n of the ``count`` is due ``n * spread_ms`` after the first
     stride: int = 1  # timer n's id is ``timer + n * stride`` (PARTITIONS: all in one partition)
 
@@ -184,7 +184,7 @@ def generate(seed: int, steps: int, faults: Iterable[Fault], settle_s: float) ->
         elif kind == "burst":
             # Enough timers in one second that one f record lists more than a sweep slice.
             # A hot second in one partition: its f record lists more than a sweep slice, and with
-            # known hole 2's slow disk its sweep lasts past the next tick.
+            # sweep_handback's slow disk its sweep lasts past the next tick.
             next_version += 1
             count = rng.randint(260, 4_000 if Fault.SWEEP_HANDBACK in enabled else 1_000)
             first = (next_timer // PARTITIONS + 1) * PARTITIONS + rng.randrange(PARTITIONS)
@@ -240,7 +240,8 @@ def generate(seed: int, steps: int, faults: Iterable[Fault], settle_s: float) ->
         elif kind == "pause_worker":
             out.append(Pause(rng.randrange(WORKERS), rng.randint(1_000, 12_000), rng.randint(0, 2_000)))
         elif kind == "slow":
-            # Within the time a revocation waits for the step under way, unless known hole 5 is on.
+            # Within the time a revocation waits for the step under way, or (late_zombie_writes)
+            # up to three times it: the step's writes land after the new owner restored.
             cap_ms = int(settle_s * 1000 / 8)
             if Fault.LATE_ZOMBIE_WRITES in enabled and rng.random() < 0.5:
                 cap_ms = int(settle_s * 3000)

@@ -8,6 +8,7 @@ thing with ``monkeypatch`` and asserts the invariant that names it reports a vio
 from __future__ import annotations
 
 from collections.abc import Iterable
+from typing import Any
 
 import pytest
 
@@ -109,10 +110,12 @@ def test_fired_timers_kept_in_the_live_table_differ_from_a_restore(
 def test_a_callback_sent_twice_without_a_crash_is_a_duplicate(monkeypatch: pytest.MonkeyPatch) -> None:
     send = Dispatcher.send
 
-    def twice(self: Dispatcher, callbacks: Iterable[Callback], fired_ms: int) -> Sending:
+    def twice(
+        self: Dispatcher, callbacks: Iterable[Callback], fired_ms: int, *args: Any, **kwargs: Any
+    ) -> Sending:
         callbacks = list(callbacks)
-        send(self, callbacks, fired_ms)
-        return send(self, callbacks, fired_ms)
+        send(self, callbacks, fired_ms, *args, **kwargs)
+        return send(self, callbacks, fired_ms, *args, **kwargs)
 
     monkeypatch.setattr(Dispatcher, "send", twice)
     assert "duplicate" in run().kinds()

@@ -4,14 +4,19 @@ What the transport and the store do around the engine is played here through the
 entry points: fetched requests go to :meth:`TimerEngine.ingest`, fetched ticks to
 :meth:`TimerEngine.note_ticks` and :meth:`TimerEngine.wake`, with :meth:`TimerEngine.run` as
 the firing task; a rebalance calls :meth:`TimerEngine.revoke` then awaits
-:meth:`TimerEngine.settle_revoked`; an assigned partition is restored as Faust restores the
-store: the changelog from the table's ``persisted_offset`` on, through
-:meth:`PartitionTimers.apply` (:meth:`TimerStore.apply_changelog_batch`'s path), and requests
-are read from just past the table's last applied offset (:meth:`TimerStore.resume_positions`).
+:meth:`TimerEngine.settle_revoked`; an assignment does what :meth:`TimerStore.on_rebalance` does,
+under the engine lock: deletes the tables of partitions assigned elsewhere, rebuilds a kept or
+found table too old for :class:`TableReuse`, builds each partition's :class:`OwnerFence` and
+awaits :meth:`TimerEngine.own` for the group's generation; then each partition it did not hold
+is restored as Faust restores the store: the changelog from the table's ``persisted_offset`` on,
+through the fence (:meth:`TimerStore.apply_changelog_batch`'s path: a table that diverged is
+marked stale and the worker stops), every assigned table is marked current
+(:meth:`TimerStore.on_recovery_completed`), and requests are read from just past the table's last
+applied offset (:meth:`TimerStore.resume_positions`).
 
 Modelled: the consumer's request frontier (the timestamp before which every request is applied,
-:mod:`futures.worker.join`), read_uncommitted fetches (aiokafka's default, which the worker
-keeps), group-committed tick offsets. Not modelled: Faust's own consumer (acks, commits of
+:mod:`futures.worker.join`), read_committed fetches (:func:`futures.worker.faust_adapter.read_committed`),
+group-committed tick offsets. Not modelled: Faust's own consumer (acks, commits of
 request offsets: the worker resumes from its changelog), precise mode, extra ingress topics,
 delivery failures, the admin API.
 """
@@ -28,8 +33,10 @@ from typing import TYPE_CHECKING, Any
 from futures.ingress.records import SourceRecord
 from futures.worker.config import WorkerConfig
 from futures.worker.engine import TimerEngine
+from futures.worker.fencing import OwnerFence
 from futures.worker.kafka import KafkaWriter
 from futures.worker.metrics import WorkerMetrics
+from futures.worker.store import TableDiverged, _check
 from futures.worker.table import PartitionTimers, Record, Unswept
 from tests.simulation.kafka import LogRecord, SimKafka
 from tests.simulation.loop import SimLoop
@@ -40,14 +47,14 @@ if TYPE_CHECKING:
     from tests.simulation.world import World
 
 #: Virtual CPU time a table write takes per record, and the sweep's read per listed timer (s),
-#: and the latter on a disk under load (known hole 2's fault: a sweep of thousands of timers
+#: and the latter on a disk under load (sweep_handback: a sweep of thousands of timers
 #: then lasts long enough for a tick to come while it reads).
 WRITE_COST_S = 2e-6
 SWEEP_READ_COST_S = 20e-6
 SLOW_SWEEP_READ_COST_S = 400e-6
-#: The consumer's isolation level: aiokafka's default, read_uncommitted, which the worker's
-#: Faust consumer keeps (aborted transactions' records are fetched too). Mirror the app's setting.
-READ_COMMITTED = False
+#: The consumer's isolation level: read_committed, which the worker sets on Faust's aiokafka
+#: consumer (:func:`futures.worker.faust_adapter.read_committed`). Mirror the app's setting.
+READ_COMMITTED = True
 #: How often the consumer fetches (ms) and how many request records an ingest step takes at most.
 FETCH_MS = 20
 STEP_RECORDS = 200
@@ -69,9 +76,9 @@ class SimTable(PartitionTimers):
         self._host.loop.charge(len(listed) * self._host.sweep_read_cost_s)
         return super().unswept(listed, fired_key)
 
-    def progress_landed(self, record: Record, offset: int | None) -> None:
+    def progress_landed(self, record: Record, offset: int | None, landed_ms: int) -> None:
         self._host.write()
-        super().progress_landed(record, offset)
+        super().progress_landed(record, offset, landed_ms)
 
 
 class SimGaps:
@@ -113,6 +120,8 @@ class SimWorker(ProducerHost):
         self.hears_at_ms: int | None = None
         #: Its session expired while it stalled: the group left it out (until it hears and rejoins).
         self.evicted = False
+        #: When it stalled, the last time the group left it out (true ms).
+        self.stalled_at_ms = 0
         self.rng = random.Random(index)
         self.failure: BaseException | None = None
         #: What the sweep's read costs per listed timer (s): SWEEP_READ_COST_S, or SLOW_SWEEP_READ_COST_S.
@@ -148,6 +157,7 @@ class SimWorker(ProducerHost):
         self.life += 1
         self.crash_at = None
         self.paused_until_ms, self.hears_at_ms, self.evicted = 0, None, False
+        self.stalled_at_ms = 0
         self.failure = None
         world = self.world
         self.loop = SimLoop(world.loop_s())
@@ -176,15 +186,30 @@ class SimWorker(ProducerHost):
         assert hasattr(waiting, "_monotonic"), "WaitingTicks no longer keeps _monotonic: update the seam"
         waiting._monotonic = self.loop.time  # noqa: SLF001
         self.tasks = [self.loop.create_task(self.engine.run()), self.loop.create_task(self._consume())]
+        #: The assignments made to this life, the last one under way or done.
+        self.assigning: list[asyncio.Task[None]] = []
 
     def table(self, partition: int) -> SimTable:
-        """The engine's ``tables``: opened on first use, as :meth:`TimerStore.partition`."""
+        """The engine's ``tables``: opened on first use, as :meth:`TimerStore.partition` (a table
+        marked stale is rebuilt; a new one is current)."""
         if self.dead:
             raise SimCrash(self.name)
         table = self.tables.get(partition)
         if table is None:
-            table = self.tables[partition] = SimTable(self.directory / f"partition-{partition}.db", self)
+            path = self._path(partition)
+            created = not path.exists()
+            table = SimTable(path, self)
+            if table.stale:
+                table.destroy()
+                table, created = SimTable(path, self), True
+                self.world.history.injected["stale_table_rebuilt"] += 1
+            if created:
+                table.mark_current(self.clock_ms())
+            self.tables[partition] = table
         return table
+
+    def _path(self, partition: int) -> Path:
+        return self.directory / f"partition-{partition}.db"
 
     def crash(self, delivered_share: float) -> None:
         """Die now: in-flight records partly delivered, the loop stopped where it is, tables closed
@@ -207,9 +232,14 @@ class SimWorker(ProducerHost):
         self.loop.run_until(loop_s)
         if self.dead:
             return  # crashed inside
-        for task in self.tasks:
+        for task in [*self.tasks, *self.assigning[-1:]]:
             if task.done() and not task.cancelled():
                 exc = task.exception()
+                if isinstance(exc, TableDiverged):
+                    # The worker stops on purpose: restarted, it rebuilds the table marked stale.
+                    self.world.diverged(self)
+                    self.crash(1.0)
+                    return
                 if exc is not None and not isinstance(exc, SimCrash):
                     # The process exits (main stops the worker on a failed engine task).
                     self.failure = exc
@@ -237,62 +267,69 @@ class SimWorker(ProducerHost):
         gave_up = self.loop.time() - started >= self.world.settle_s - 1e-3
         self.world.settled(self, partitions, gave_up)
 
-    def release(self, partitions: set[int]) -> None:
-        """The assignment gave ``partitions`` to others: their tables close, as the store's
-        ``on_rebalance`` closes them, under the engine lock (a step still under way finishes
-        first: its late writes, known hole 5, land after the new owner restored)."""
-
-        async def close() -> None:
-            async with self.engine._ctx.lock:  # noqa: SLF001
-                for partition in partitions:
-                    if partition not in self.owned and partition in self.tables:
-                        self.tables.pop(partition).close()
-
-        if not self.dead and partitions:
-            self.loop.create_task(close())
-
     def assign(
-        self, partitions: set[int], batch: Callable[[], int], keep_dir: Callable[[int, int | None], bool]
-    ) -> None:
-        """Restore ``partitions`` from the changelog (into the table left in the data dir, if
-        ``keep_dir`` says so, else into an empty one) and read their requests from there."""
-        try:
-            self._assign(partitions, batch, keep_dir)
-        except SimCrash:
-            return  # died restoring (a crash armed on a write)
-        self.engine.wake()
+        self, assigned: set[int], restore: set[int], generation: int, batch: Callable[[], int]
+    ) -> asyncio.Task[None]:
+        """The group's assignment of ``generation``: ``assigned`` is all this worker holds now, of
+        which ``restore`` it did not hold (their tables are restored, and their requests read)."""
+        task = self.loop.create_task(self._assign(assigned, restore, generation, batch))
+        self.assigning.append(task)
+        return task
 
-    def _assign(
-        self, partitions: set[int], batch: Callable[[], int], keep_dir: Callable[[int, int | None], bool]
+    async def _assign(
+        self, assigned: set[int], restore: set[int], generation: int, batch: Callable[[], int]
     ) -> None:
-        kafka, topic = self.world.kafka, self.world.config.changelog_topic
-        for partition in sorted(partitions):
-            if self.dead:
-                raise SimCrash(self.name)
-            path = self.directory / f"partition-{partition}.db"
-            table = self.tables.get(partition)
-            if table is None:
-                # Handed back while its table is open (an eager rebalance), the store keeps it open.
-                if path.exists():
-                    probe = PartitionTimers(path)
-                    persisted = probe.persisted_offset
-                    probe.close()
-                    if not keep_dir(partition, persisted):
-                        shutil.rmtree(path)
-                table = self.tables[partition] = SimTable(path, self)
+        world = self.world
+        fences: dict[int, OwnerFence] = {}
+        async with self.engine._ctx.lock:  # noqa: SLF001
+            # As TimerStore.on_rebalance: what went elsewhere is deleted, found tables too.
+            for partition in set(self.tables) - assigned:
+                self.tables.pop(partition).destroy()
+            for path in self.directory.glob("partition-*.db"):
+                if int(path.name[len("partition-") : -len(".db")]) not in assigned:
+                    shutil.rmtree(path, ignore_errors=True)
+            now = self.clock_ms()
+            for partition in sorted(assigned):
+                table = self.table(partition)
+                if not world.reuse.reusable(table.current_ms, now):
+                    table.destroy()
+                    del self.tables[partition]
+                    self.table(partition)
+                    world.history.injected["table_rebuilt_too_old"] += 1
+            for partition in assigned:
+                table = self.table(partition)
+                fences[partition] = OwnerFence(table.owner_epoch, table.written_epoch)
+            if assigned:
+                await self.engine.own(set(assigned), generation)
+        # Faust's recovery: each partition's changelog from the table's persisted offset to its end.
+        kafka, topic = world.kafka, world.config.changelog_topic
+        for partition in sorted(restore):
+            table = self.table(partition)
+            fence = fences[partition]
             start = 0 if table.persisted_offset is None else table.persisted_offset + 1
             end = kafka.end_offset(topic, partition, committed=False)
             while start < end:
                 found, start = kafka.read(topic, partition, start, batch(), committed=False)
-                records: list[Record] = [(r.key, r.value) for r in found if r.key is not None]
-                if records:
-                    table.apply(records, found[-1].offset)
+                if not found:
+                    continue
+                records: list[Record] = [
+                    (r.key, r.value) for r in found if r.key is not None and fence.admit(r.key, r.headers)
+                ]
+                table.apply(records, found[-1].offset, owner_epoch=fence.epoch)
+                world.history.injected["fenced_records"] += fence.fenced
+                _check(fence, table, partition, found[-1].offset)
+        now = self.clock_ms()
+        for partition in assigned:
+            self.table(partition).mark_current(now)  # read to the changelog's end
+        for partition in sorted(restore):
+            table = self.table(partition)
             self.owned.add(partition)
             self.positions[partition] = table.request_offset + 1
             # Nothing fetched yet: no tick may pass until the first fetch says what is unread
             # (the transport's frontier is -1 then), or a request read again after a step cut
             # short would lose to a tick.
             self._frontier[partition] = -1
+        self.engine.wake()
 
     # -- the consumer ---------------------------------------------------------------
 

@@ -21,7 +21,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from futures.worker.changelog_topic import TableReuse
 from futures.worker.config import WorkerConfig
+from futures.worker.fencing import OwnerFence
 from futures.worker.table import PartitionTimers
 from ktimers.config import BrokerProfile, CommonConfig, KafkaConfig
 from ktimers.wire import Cancel as CancelMsg
@@ -62,6 +64,8 @@ class History:
 
     crashes: list[int] = field(default_factory=list)  # true ms
     unsettled: list[tuple[int, int]] = field(default_factory=list)  # (true ms, partition)
+    #: An owner stalled past its session: (worker, stalled at, heard at, partition), true ms.
+    paused: list[tuple[str, int, int, int]] = field(default_factory=list)
     injected: Counter[str] = field(default_factory=Counter)
 
 
@@ -103,6 +107,13 @@ class World:
         self.owner: dict[int, SimWorker | None] = dict.fromkeys(range(S.PARTITIONS))
         self.tick_positions: dict[int, int] = {}
         self.settle_s = self.config.group_timeouts[2] / 3
+        retention = DELETE_RETENTION_MS if Fault.TOMBSTONE_EXPIRY in faults else 10**15
+        #: What the store reuses a table by (the worker reads it from the changelog's settings).
+        self.reuse = TableReuse.after(retention, "the simulated changelog's delete.retention.ms")
+        #: The consumer group's generation: raised at every assignment the group makes.
+        self.generation = 0
+        #: Workers stopped by a restore that met their own fenced writes: restarted on their dir.
+        self._diverged: list[SimWorker] = []
         self.session_ms = int(self.config.group_timeouts[0] * 1000)
         self._orphaned_at: int | None = None
         self._rejoin = False  # a worker the group went on without came back: rebalance after the step
@@ -281,21 +292,24 @@ class World:
         rng = random.Random(step.ms)
         self._run(self.session_ms, 20, rng)
         worker.evicted = True  # its session expired: the group goes on without it
+        worker.stalled_at_ms = self.now_ms - self.session_ms
         self._rebalance(tuple(range(S.PARTITIONS)))
         worker.hears_at_ms = worker.paused_until_ms + step.zombie_ms
 
     def _zombies_hear(self) -> None:
         """A worker that resumed after the group went on without it hears of it: it revokes what
-        it thought it held, settles, and closes those tables."""
+        it thought it held, settles, and rejoins (the assignment that follows deletes the tables
+        of what went elsewhere)."""
         for worker in self.workers:
             if worker.hears_at_ms is not None and self.now_ms >= worker.hears_at_ms:
                 worker.hears_at_ms = None
                 if worker.dead:
                     continue
                 stale = {p for p in worker.owned if self.owner[p] is not worker}
+                for partition in sorted(stale):
+                    self.history.paused.append((worker.name, worker.stalled_at_ms, self.now_ms, partition))
                 if stale:
                     worker.revoke(stale)
-                    worker.release(stale)
                 worker.evicted = False
                 self._rejoin = True  # it joins the group again: a rebalance
 
@@ -307,8 +321,23 @@ class World:
 
     def _rebalance(self, owners: tuple[int, ...], eager: bool = True) -> None:
         """Partition p goes to the ``owners[p]``-th live worker: the old owner revokes and settles
-        (for at most the settle time), then the new one restores and reads on. ``eager``: every
-        owner revokes all it holds, and is handed back what it keeps (Faust's default protocol)."""
+        (for at most the settle time), then every member gets its assignment of a new generation
+        (owner records written, what it did not hold restored). ``eager``: every owner revokes all
+        it holds, and is handed back what it keeps (Faust's default protocol). A member whose
+        restore met writes of its own a newer owner fenced stops; it is restarted on its data dir,
+        and the group rebalances again."""
+        self._assign_once(owners, eager)
+        while self._diverged:
+            for worker in self._diverged:
+                worker.start(empty_dir=False)
+            self._diverged = []
+            self._assign_once(tuple(range(S.PARTITIONS)), True)
+
+    def diverged(self, worker: SimWorker) -> None:
+        self.history.injected["diverged_restart"] += 1
+        self._diverged.append(worker)
+
+    def _assign_once(self, owners: tuple[int, ...], eager: bool) -> None:
         self._orphaned_at = None
         # The group waits for a member stalled within its session to come back and rejoin; one
         # whose session expired is left out, and not told.
@@ -320,9 +349,7 @@ class World:
         live = [w for w in self.workers if not w.dead and not w.evicted]
         if not live:
             return
-        target = {
-            p: self._choose(p, live, live[owners[p % len(owners)] % len(live)]) for p in range(S.PARTITIONS)
-        }
+        target = {p: live[owners[p % len(owners)] % len(live)] for p in range(S.PARTITIONS)}
         settling = []
         self._settled.clear()
         for worker in live:
@@ -347,60 +374,23 @@ class World:
         live = [w for w in self.workers if not w.dead and not w.evicted]
         if not live:
             return
+        self.generation += 1
         gaining: dict[SimWorker, set[int]] = {}
         for partition in range(S.PARTITIONS):
             worker = target[partition] if not target[partition].dead else live[partition % len(live)]
             if self.owner[partition] is not worker:
                 gaining.setdefault(worker, set()).add(partition)
             self.owner[partition] = worker
-        for worker, lost, _task, _ in settling:
-            worker.release({p for p in lost if self.owner[p] is not worker})
-        for worker, partitions in gaining.items():
-            worker.assign(partitions, lambda: rng.randint(1, 50), self._keep_dir_for(worker))
+        assigning = []
+        for worker in live:
+            assigned = {p for p, owner in self.owner.items() if owner is worker}
+            restore = gaining.get(worker, set())
+            assigning.append(
+                (worker, worker.assign(assigned, restore, self.generation, lambda: rng.randint(1, 50)))
+            )
+        # Each member's assignment runs on its own loop (owner records written, tables restored).
+        self._run(10 * 60_000, 10, rng, until=lambda: all(w.dead or task.done() for w, task in assigning))
         self._note_dead()
-
-    def _choose(self, partition: int, live: list[SimWorker], wanted: SimWorker) -> SimWorker:
-        """The worker ``partition`` goes to: ``wanted``, unless that would walk into a known hole
-        that is not enabled; then its owner now, or another live worker, that would not."""
-        owner = self.owner[partition]
-        candidates = [wanted, *([owner] if owner in live else []), *live]
-        for candidate in candidates:
-            if not self._into_hole(partition, candidate):
-                return candidate
-        return wanted  # none: _keep_dir_for empties a stale dir, the one hole that may be walked around there
-
-    def _into_hole(self, partition: int, worker: SimWorker) -> bool:
-        if self.owner[partition] is worker:
-            return False  # it stays where it is
-        # Known hole 2: its engine's sweep was cut short in one of its f records.
-        if Fault.SWEEP_HANDBACK not in self.faults and partition in worker.engine._sweep._stopped:  # noqa: SLF001
-            return True
-        # Known hole 3: the table left in its data dir missed tombstones that have expired since.
-        return Fault.STALE_DIR_AFTER_EXPIRY not in self.faults and self._stale(worker, partition)
-
-    def _stale(self, worker: SimWorker, partition: int) -> bool:
-        path = worker.directory / f"partition-{partition}.db"
-        if partition in worker.tables or not path.exists():
-            return False
-        expired = self.kafka.partition(self.config.changelog_topic, partition).expired
-        if not expired:
-            return False
-        probe = PartitionTimers(path)
-        persisted = probe.persisted_offset
-        probe.close()
-        return any(offset > (persisted if persisted is not None else -1) for offset in expired)
-
-    def _keep_dir_for(self, worker: SimWorker) -> Callable[[int, int | None], bool]:
-        def keep(partition: int, persisted: int | None) -> bool:
-            """Whether a table left in the data dir is reopened (as the worker does), or, where
-            known hole 3 is not enabled and no other worker could take the partition, emptied."""
-            if Fault.STALE_DIR_AFTER_EXPIRY not in self.faults:
-                expired = self.kafka.partition(self.config.changelog_topic, partition).expired
-                if any(offset > (persisted if persisted is not None else -1) for offset in expired):
-                    return False
-            return True
-
-        return keep
 
     # -- compaction -----------------------------------------------------------------
 
@@ -447,12 +437,15 @@ class World:
         scratch = Path(tempfile.mkdtemp(dir=self.directory))
         try:
             rebuilt = PartitionTimers(scratch / "restored.db")
-            topic, start = self.config.changelog_topic, 0
+            topic, start, fence = self.config.changelog_topic, 0, OwnerFence()
             while True:
                 found, start = self.kafka.read(topic, partition, start, 500, committed=False)
                 if not found:
                     break
-                rebuilt.apply([(r.key, r.value) for r in found if r.key is not None], found[-1].offset)
+                records = [
+                    (r.key, r.value) for r in found if r.key is not None and fence.admit(r.key, r.headers)
+                ]
+                rebuilt.apply(records, found[-1].offset, owner_epoch=fence.epoch)
             restored = {t.key: t.value for t in rebuilt.iter_pending()}
             if restored != timers or rebuilt.watermark != live.watermark or rebuilt.pending != live.pending:
                 extra = sorted(k[9:].decode(errors="replace") for k in set(restored) - set(timers))
