@@ -30,7 +30,8 @@ class Fault(Enum):
     LATE_ZOMBIE_WRITES = "late_zombie_writes"  # a revoked step writes after settle_revoked gave up
     # -- the known holes ----------------------------------------------------------------------
     BOGUS_TICK = "bogus_tick"
-    PAUSED_OWNER = "paused_owner"
+    PAUSED_OWNER = "paused_owner"  # an owner stalled past its session fires on before it hears
+    FENCED_COMPACTION = "fenced_compaction"  # compaction reaches records a fenced owner wrote
 
 
 #: The holes the engine is known to have, one line each. A run enables none of them unless asked.
@@ -38,7 +39,11 @@ KNOWN_HOLES: dict[Fault, str] = {
     Fault.BOGUS_TICK: "a tick an hour ahead fires timers up to the tolerance early",
     Fault.PAUSED_OWNER: (
         "an owner paused past its session keeps its table: its late progress moves the table past "
-        "its successor's writes, and its fenced puts supersede theirs under compaction"
+        "its successor's writes (seeds 7, 11)"
+    ),
+    Fault.FENCED_COMPACTION: (
+        "compaction keeps a fenced record over the admitted ones of its key (m:progress, a timer's "
+        "put): a restore has neither (seeds 5009, 7)"
     ),
 }
 

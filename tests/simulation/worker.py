@@ -7,8 +7,8 @@ the firing task; a rebalance calls :meth:`TimerEngine.revoke` then awaits
 :meth:`TimerEngine.settle_revoked`; an assignment does what :meth:`TimerStore.on_rebalance` does,
 under the engine lock: deletes the tables of partitions assigned elsewhere, rebuilds a kept or
 found table too old for :class:`TableReuse`, builds each partition's :class:`OwnerFence` and
-awaits :meth:`TimerEngine.own` for the group's generation; then each partition it did not hold
-is restored as Faust restores the store: the changelog from the table's ``persisted_offset`` on,
+awaits :meth:`TimerEngine.own` for the group's generation; then each assigned partition is
+restored as Faust restores the store: the changelog from the table's ``persisted_offset`` on,
 through the fence (:meth:`TimerStore.apply_changelog_batch`'s path: a table that diverged is
 marked stale and the worker stops), every assigned table is marked current
 (:meth:`TimerStore.on_recovery_completed`), and requests are read from just past the table's last
@@ -267,18 +267,16 @@ class SimWorker(ProducerHost):
         gave_up = self.loop.time() - started >= self.world.settle_s - 1e-3
         self.world.settled(self, partitions, gave_up)
 
-    def assign(
-        self, assigned: set[int], restore: set[int], generation: int, batch: Callable[[], int]
-    ) -> asyncio.Task[None]:
-        """The group's assignment of ``generation``: ``assigned`` is all this worker holds now, of
-        which ``restore`` it did not hold (their tables are restored, and their requests read)."""
-        task = self.loop.create_task(self._assign(assigned, restore, generation, batch))
+    def assign(self, assigned: set[int], generation: int, batch: Callable[[], int]) -> asyncio.Task[None]:
+        """The group's assignment of ``generation``: ``assigned`` is all this worker holds now.
+        Faust's recovery then reads every one of them from its table's persisted offset (a kept
+        table's live writes again, a rebuilt table's whole log), and the consumer seeks each to
+        the table's resume position."""
+        task = self.loop.create_task(self._assign(assigned, generation, batch))
         self.assigning.append(task)
         return task
 
-    async def _assign(
-        self, assigned: set[int], restore: set[int], generation: int, batch: Callable[[], int]
-    ) -> None:
+    async def _assign(self, assigned: set[int], generation: int, batch: Callable[[], int]) -> None:
         world = self.world
         fences: dict[int, OwnerFence] = {}
         async with self.engine._ctx.lock:  # noqa: SLF001
@@ -303,7 +301,7 @@ class SimWorker(ProducerHost):
                 await self.engine.own(set(assigned), generation)
         # Faust's recovery: each partition's changelog from the table's persisted offset to its end.
         kafka, topic = world.kafka, world.config.changelog_topic
-        for partition in sorted(restore):
+        for partition in sorted(assigned):
             table = self.table(partition)
             fence = fences[partition]
             start = 0 if table.persisted_offset is None else table.persisted_offset + 1
@@ -321,7 +319,7 @@ class SimWorker(ProducerHost):
         now = self.clock_ms()
         for partition in assigned:
             self.table(partition).mark_current(now)  # read to the changelog's end
-        for partition in sorted(restore):
+        for partition in sorted(assigned):
             table = self.table(partition)
             self.owned.add(partition)
             self.positions[partition] = table.request_offset + 1

@@ -30,7 +30,7 @@ from ktimers.wire import Cancel as CancelMsg
 from ktimers.wire import Future, Tick, encode_second_key
 from tests.simulation import schedule as S
 from tests.simulation.faults import Fault
-from tests.simulation.kafka import LogRecord, SimKafka, TxnState
+from tests.simulation.kafka import LogRecord, Partition, SimKafka, TxnState
 from tests.simulation.model import Model, Write
 from tests.simulation.worker import SLOW_SWEEP_READ_COST_S, SimWorker
 
@@ -67,6 +67,16 @@ class History:
     #: An owner stalled past its session: (worker, stalled at, heard at, partition), true ms.
     paused: list[tuple[str, int, int, int]] = field(default_factory=list)
     injected: Counter[str] = field(default_factory=Counter)
+
+
+def _first_fenced(part: Partition) -> int:
+    """The offset of the first record written by an owner after a newer one started (the log's
+    end if none): compaction stops short of it unless the fenced_compaction hole is enabled."""
+    fence = OwnerFence()
+    for record in part.records:
+        if record.key is not None and not fence.admit(record.key, record.headers):
+            return record.offset
+    return part.next_offset
 
 
 def _config() -> WorkerConfig:
@@ -375,19 +385,13 @@ class World:
         if not live:
             return
         self.generation += 1
-        gaining: dict[SimWorker, set[int]] = {}
         for partition in range(S.PARTITIONS):
             worker = target[partition] if not target[partition].dead else live[partition % len(live)]
-            if self.owner[partition] is not worker:
-                gaining.setdefault(worker, set()).add(partition)
             self.owner[partition] = worker
         assigning = []
         for worker in live:
             assigned = {p for p, owner in self.owner.items() if owner is worker}
-            restore = gaining.get(worker, set())
-            assigning.append(
-                (worker, worker.assign(assigned, restore, self.generation, lambda: rng.randint(1, 50)))
-            )
+            assigning.append((worker, worker.assign(assigned, self.generation, lambda: rng.randint(1, 50))))
         # Each member's assignment runs on its own loop (owner records written, tables restored).
         self._run(10 * 60_000, 10, rng, until=lambda: all(w.dead or task.done() for w, task in assigning))
         self._note_dead()
@@ -400,6 +404,8 @@ class World:
         if not part.records:
             return
         cut = part.records[-tail].offset if 0 < tail <= len(part.records) else part.next_offset
+        if Fault.FENCED_COMPACTION not in self.faults:
+            cut = min(cut, _first_fenced(part))
         retention = DELETE_RETENTION_MS if Fault.TOMBSTONE_EXPIRY in self.faults else 10**15
         expired = len(part.expired)
         self.kafka.compact(topic, partition, cut, self.now_ms, retention)
