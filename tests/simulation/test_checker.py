@@ -14,6 +14,7 @@ import pytest
 
 from futures.worker.callbacks import Callback
 from futures.worker.dispatch import Dispatcher, Sending
+from futures.worker.fencing import OwnerFence
 from futures.worker.firing import DueScan, Fired, Firing
 from futures.worker.ingest import Ingest
 from futures.worker.table import FIRED_PREFIX, PartitionTimers
@@ -21,7 +22,7 @@ from tests.simulation import worker as sim_worker
 from tests.simulation.checker import Delivery, marked
 from tests.simulation.faults import DEFAULT, Fault
 from tests.simulation.run import Outcome, run_schedule
-from tests.simulation.schedule import Advance, Cancel, Schedule, Step, Txn, Verify
+from tests.simulation.schedule import Advance, Cancel, Rebalance, Schedule, Slow, Step, Txn, Verify
 
 #: No skew, so that any early callback is early by every clock.
 FAULTS = DEFAULT - {Fault.CLOCK_SKEW}
@@ -155,3 +156,26 @@ def test_a_worker_that_stops_is_caught(monkeypatch: pytest.MonkeyPatch) -> None:
 
     monkeypatch.setattr(Firing, "fire", choke)
     assert "worker_stopped" in run().kinds()
+
+
+#: w1's broker slows past the settle time, then p1 goes to w0: w1's progress record of p1, in flight,
+#: lands after w0's owner record (found by seed 5009).
+LATE_PROGRESS: list[Step] = [
+    Slow(1, 15_649, 13_039),
+    Advance(700, 60, 2627704842),
+    Advance(700, 5, 3357299646),
+    Rebalance((2, 0, 1, 2), eager=False),
+    Verify(),
+]
+
+
+def test_a_revoked_owners_late_write_is_fenced_from_a_restore(monkeypatch: pytest.MonkeyPatch) -> None:
+    fenced = run_schedule(LATE_PROGRESS, DEFAULT, seed=5009)
+    assert fenced.violations == [] and fenced.injected["fenced_records"] > 0
+    monkeypatch.setattr(OwnerFence, "admit", lambda self, key, headers: True)
+    assert "restore_differs" in run_schedule(LATE_PROGRESS, DEFAULT, seed=5009).kinds()
+
+
+def test_compaction_that_keeps_a_fenced_record_over_its_successors_is_the_known_hole() -> None:
+    outcome = run_schedule(LATE_PROGRESS, DEFAULT | {Fault.FENCED_COMPACTION}, seed=5009)
+    assert "restore_differs" in outcome.kinds()  # the restore has no progress record at all
