@@ -120,8 +120,6 @@ class SimWorker(ProducerHost):
         self.hears_at_ms: int | None = None
         #: Its session expired while it stalled: the group left it out (until it hears and rejoins).
         self.evicted = False
-        #: When it stalled, the last time the group left it out (true ms).
-        self.stalled_at_ms = 0
         self.rng = random.Random(index)
         self.failure: BaseException | None = None
         #: What the sweep's read costs per listed timer (s): SWEEP_READ_COST_S, or SLOW_SWEEP_READ_COST_S.
@@ -157,7 +155,6 @@ class SimWorker(ProducerHost):
         self.life += 1
         self.crash_at = None
         self.paused_until_ms, self.hears_at_ms, self.evicted = 0, None, False
-        self.stalled_at_ms = 0
         self.failure = None
         world = self.world
         self.loop = SimLoop(world.loop_s())

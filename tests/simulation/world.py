@@ -302,9 +302,12 @@ class World:
         rng = random.Random(step.ms)
         self._run(self.session_ms, 20, rng)
         worker.evicted = True  # its session expired: the group goes on without it
-        worker.stalled_at_ms = self.now_ms - self.session_ms
+        stalled_at_ms = self.now_ms - self.session_ms
         self._rebalance(tuple(range(S.PARTITIONS)))
         worker.hears_at_ms = worker.paused_until_ms + step.zombie_ms
+        # Until it hears (or dies first), what it sends of them its successors may send too.
+        for partition in sorted(worker.owned):
+            self.history.paused.append((worker.name, stalled_at_ms, worker.hears_at_ms, partition))
 
     def _zombies_hear(self) -> None:
         """A worker that resumed after the group went on without it hears of it: it revokes what
@@ -316,8 +319,6 @@ class World:
                 if worker.dead:
                     continue
                 stale = {p for p in worker.owned if self.owner[p] is not worker}
-                for partition in sorted(stale):
-                    self.history.paused.append((worker.name, worker.stalled_at_ms, self.now_ms, partition))
                 if stale:
                     worker.revoke(stale)
                 worker.evicted = False
@@ -476,6 +477,10 @@ class World:
             worker.paused_until_ms = 0
             if worker.hears_at_ms is not None:
                 worker.hears_at_ms = self.now_ms
+                self.history.paused = [
+                    (name, stalled, min(heard, self.now_ms) if name == worker.name else heard, partition)
+                    for name, stalled, heard, partition in self.history.paused
+                ]
         self._zombies_hear()
         for osc in self.oscillators:
             osc.paused_until_ms = 0
