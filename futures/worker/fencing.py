@@ -99,3 +99,13 @@ class OwnerFence:
         if epoch == self._written:
             self.diverged = True
         return False
+
+
+def missed_a_generation(written: int | None, generation: int) -> bool:
+    """Whether a table this worker kept open through the rebalance into ``generation`` was last
+    written under an epoch before the one just past: the group went through a generation without
+    this worker (its session expired while it was paused), in which another owner may have written.
+    Its own late writes may have landed after that owner's and moved its offset past them, where
+    its recovery would never read them: such a table is rebuilt. (A worker in the group takes part
+    in every generation, and writes each one's owner records.)"""
+    return written is not None and written < generation - 1

@@ -39,7 +39,7 @@ from faust.types import TP, EventT
 
 from futures.worker.changelog_topic import DEFAULT_REUSE, TableReuse
 from futures.worker.faust_adapter import StoreBase
-from futures.worker.fencing import OwnerFence
+from futures.worker.fencing import OwnerFence, missed_a_generation
 from futures.worker.table import PartitionTimers, Record
 from ktimers.errors import TimersError
 
@@ -131,6 +131,8 @@ class TimerStore(StoreBase):
         self.on_assigned: Callable[[set[int], int], Awaitable[None]] = _own_nothing
         #: Per assigned partition, what its recovery applies of the changelog.
         self._fences: dict[int, OwnerFence] = {}
+        #: The changelog partitions of this process's last assignment (its tables kept open since).
+        self._assigned: set[int] = set()
         #: How old a table may be and still be caught up from the changelog: set by the worker
         #: from the changelog's settings (:func:`~futures.worker.changelog_topic.check_changelog`).
         self.reuse: TableReuse = DEFAULT_REUSE
@@ -358,7 +360,9 @@ class TimerStore(StoreBase):
         changelog = self.table.changelog_topic.topics
         await self._adopt_found()
         async with self.lock:
+            kept = self._assigned & {tp.partition for tp in assigned if tp.topic in changelog}
             self._owned = {tp.partition for tp in assigned if tp.topic in changelog}
+            self._assigned = set(self._owned)
             # Delete what went elsewhere (also tables Faust opened only to read their persisted
             # offset): its next owner writes tombstones that expire before it could come back.
             # A partition revoked and handed straight back, as the eager protocol does, keeps
@@ -377,14 +381,22 @@ class TimerStore(StoreBase):
             now = self.clock()
             for partition in sorted(self._owned):
                 timers = self.partition(partition)
-                if not self.reuse.reusable(timers.current_ms, now):
+                if partition in kept and missed_a_generation(timers.written_epoch, generation_id):
+                    log.warning(
+                        "rebuilding the timer table of partition %d from the changelog: this worker "
+                        "was out of the group after generation %d (generation %d now), and another "
+                        "owner may have written meanwhile", partition, timers.written_epoch, generation_id,
+                    )  # fmt: skip
+                elif not self.reuse.reusable(timers.current_ms, now):
                     log.info(
                         "rebuilding the timer table of partition %d from the changelog: %s (reused "
                         "within %.1f h)", partition, _age(timers, now), self.reuse.max_age_ms / 3_600_000,
                     )  # fmt: skip
-                    timers.destroy()
-                    del self._partitions[partition]
-                    self.partition(partition)
+                else:
+                    continue
+                timers.destroy()
+                del self._partitions[partition]
+                self.partition(partition)
             fences = {}
             for partition in self._owned:
                 table = self.partition(partition)
