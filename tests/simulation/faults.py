@@ -36,11 +36,6 @@ class Fault(Enum):
 
 #: The holes the engine is known to have, one line each. A run enables none of them unless asked.
 KNOWN_HOLES: dict[Fault, str] = {
-    Fault.BOGUS_TICK: "a tick an hour ahead fires timers up to the tolerance early",
-    Fault.PAUSED_OWNER: (
-        "an owner paused past its session keeps its table: its late progress moves the table past "
-        "its successor's writes (seeds 7, 11)"
-    ),
     Fault.FENCED_COMPACTION: (
         "compaction keeps a fenced record over the admitted ones of its key (m:progress, a timer's "
         "put): a restore has neither (seeds 5009, 7)"

@@ -33,7 +33,7 @@ from typing import TYPE_CHECKING, Any
 from futures.ingress.records import SourceRecord
 from futures.worker.config import WorkerConfig
 from futures.worker.engine import TimerEngine
-from futures.worker.fencing import OwnerFence
+from futures.worker.fencing import OwnerFence, missed_a_generation
 from futures.worker.kafka import KafkaWriter
 from futures.worker.metrics import WorkerMetrics
 from futures.worker.store import TableDiverged, _check
@@ -162,6 +162,8 @@ class SimWorker(ProducerHost):
         self.quiet = SimProducer(world.kafka, self)
         self.tables: dict[int, SimTable] = {}
         self.owned: set[int] = set()
+        #: This life's last assignment (as TimerStore keeps it: the tables kept open since).
+        self.assigned: set[int] = set()
         self.restoring: set[int] = set()
         self.positions: dict[int, int] = {}
         self._frontier: dict[int, int] = {}
@@ -283,14 +285,19 @@ class SimWorker(ProducerHost):
             for path in self.directory.glob("partition-*.db"):
                 if int(path.name[len("partition-") : -len(".db")]) not in assigned:
                     shutil.rmtree(path, ignore_errors=True)
+            kept, self.assigned = self.assigned & assigned, set(assigned)
             now = self.clock_ms()
             for partition in sorted(assigned):
                 table = self.table(partition)
-                if not world.reuse.reusable(table.current_ms, now):
-                    table.destroy()
-                    del self.tables[partition]
-                    self.table(partition)
+                if partition in kept and missed_a_generation(table.written_epoch, generation):
+                    world.history.injected["table_rebuilt_missed_generation"] += 1
+                elif not world.reuse.reusable(table.current_ms, now):
                     world.history.injected["table_rebuilt_too_old"] += 1
+                else:
+                    continue
+                table.destroy()
+                del self.tables[partition]
+                self.table(partition)
             for partition in assigned:
                 table = self.table(partition)
                 fences[partition] = OwnerFence(table.owner_epoch, table.written_epoch)

@@ -321,6 +321,13 @@ class World:
                 stale = {p for p in worker.owned if self.owner[p] is not worker}
                 if stale:
                     worker.revoke(stale)
+                # It hears at its own time, which runs ahead of the world's by the CPU time it
+                # spent: what it sent before then, it sent as a stalled owner.
+                heard_ms = worker.now_ms()
+                self.history.paused = [
+                    (name, stalled, max(heard, heard_ms) if name == worker.name else heard, partition)
+                    for name, stalled, heard, partition in self.history.paused
+                ]
                 worker.evicted = False
                 self._rejoin = True  # it joins the group again: a rebalance
 
