@@ -118,7 +118,8 @@ def create_topics(
     Existing topics are left alone, then the whole layout is verified, so running
     this against a half-set-up cluster either completes it or says what is wrong.
     """
-    admin = admin or admin_client(common)
+    if admin is None:  # not `or`: a client with nothing queued has len() 0, so is falsy
+        admin = admin_client(common)
     partitions = common.topics.partitions
     specs = [*topic_specs(common), *(TopicSpec(name, partitions, {}) for name in callback_topics)]
     existing = partition_counts(admin, [s.name for s in specs], common.kafka, timeout_s)
@@ -151,7 +152,8 @@ def verify_topics(common: CommonConfig, admin: AdminClient | None = None, timeou
     :class:`MissingTopicError` when a topic does not exist), :class:`BrokersUnreachableError`
     when the brokers do not answer.
     """
-    admin = admin or admin_client(common)
+    if admin is None:  # not `or`: a client with nothing queued has len() 0, so is falsy
+        admin = admin_client(common)
     t = common.topics
     ingress = [name for name, _ in t.ingress]
     names = [t.oscillator, t.request, t.events, t.dlq, *ingress]

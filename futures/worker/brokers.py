@@ -45,7 +45,9 @@ class BrokerWatch:
         self._bootstrap = kafka.bootstrap_servers
         self._topic = topic
         # Quiet (the transitions are logged here, once) and never creating the topic it asks for.
-        self._admin = admin or AdminClient(quiet({**kafka.librdkafka(), "allow.auto.create.topics": False}))
+        if admin is None:  # not `or`: a client with nothing queued has len() 0, so is falsy
+            admin = AdminClient(quiet({**kafka.librdkafka(), "allow.auto.create.topics": False}))
+        self._admin = admin
         self._clock = clock
         self._lost_at: float | None = None
         self._reason = ""
