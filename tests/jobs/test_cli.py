@@ -80,6 +80,14 @@ def test_now_is_a_time(monkeypatch: pytest.MonkeyPatch) -> None:
     assert instant_ms("now") == instant_ms(" NOW ") == 1_795_000_000_123
 
 
+@pytest.fixture
+def shared_spark(spark: SparkSession, monkeypatch: pytest.MonkeyPatch) -> SparkSession:
+    """The session of this test process, which a job's main() gets and must not stop: it stops
+    its session when done, as its own process would, and the other tests of the file need it."""
+    monkeypatch.setattr(SparkSession, "stop", lambda self: None)
+    return spark
+
+
 def closed_port() -> int:
     with socket.socket() as sock:  # bound then closed: nothing listens there
         sock.bind(("127.0.0.1", 0))
@@ -87,7 +95,10 @@ def closed_port() -> int:
 
 
 def test_compact_with_brokers_that_do_not_answer_is_one_line(
-    spark: SparkSession, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capfd: pytest.CaptureFixture[str]
+    shared_spark: SparkSession,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capfd: pytest.CaptureFixture[str],
 ) -> None:
     port = closed_port()
     monkeypatch.setenv("KAFKA_BOOTSTRAP_SERVERS", f"127.0.0.1:{port}")
@@ -102,7 +113,7 @@ def test_compact_with_brokers_that_do_not_answer_is_one_line(
 
 
 def test_a_snapshot_path_that_does_not_exist_is_said_so(
-    spark: SparkSession, tmp_path: Path, capfd: pytest.CaptureFixture[str]
+    shared_spark: SparkSession, tmp_path: Path, capfd: pytest.CaptureFixture[str]
 ) -> None:
     missing = tmp_path / "no-such-snapshot"
 
