@@ -801,12 +801,10 @@ class PartitionTimers:
         too, which are no changelog records (the sweep's: :attr:`Unswept.stale_index`).
         ``progress_on_disk=False``: the progress record among ``records`` is still on its way to
         the changelog, so it moves the table in memory only; :meth:`progress_landed` writes it
-        once it landed (:mod:`futures.worker.progress`).
-        ``owner_epoch``: the highest owner epoch a
-        replay met up to these records (:class:`~futures.worker.fencing.OwnerFence`).
-        ``applied``: the ``m:applying:`` records
-        among ``records`` (topic → offset), when the caller knows them (the live path does);
-        otherwise they are looked for.
+        once it landed (:mod:`futures.worker.progress`). ``owner_epoch``: the highest owner epoch
+        a replay met up to these records (:class:`~futures.worker.fencing.OwnerFence`).
+        ``applied``: the ``m:applying:`` records among ``records`` (topic → offset), when the
+        caller knows them (the live path does); otherwise they are looked for.
         The records become the batch's operations in compiled code
         (:func:`~futures.worker.table_write.fill`).
         """
