@@ -13,6 +13,7 @@ from faust.tables import TableManager
 from faust.types import TP, TableT
 
 from futures.worker import faust_adapter
+from futures.worker.changelog_topic import COMPACTION_LAG_MS
 from futures.worker.config import TABLE_NAME, WorkerConfig
 from futures.worker.store import TimerStore
 from ktimers.config import KafkaConfig
@@ -119,6 +120,8 @@ def create_app(config: WorkerConfig, partitions: int) -> TimersApp:
         store="timers://local",  # a bare "timers://" is falsy to yarl and Faust would fall back to memory
         # Replaying the changelog is bulk RocksDB writes; big batches make it fast.
         recovery_buffer_size=10_000,
+        # Keeps a record from compaction until a key a revoked owner wrote late is written again.
+        extra_topic_configs={"min.compaction.lag.ms": str(COMPACTION_LAG_MS)},
         help="Pending timers by due time (see futures/worker/table.py)",
     )
     timers = TimersApp(app=app, table=table)

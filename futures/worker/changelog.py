@@ -33,6 +33,7 @@ short by a crash leaves, which its requests, read again, put right.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from itertools import islice, repeat
@@ -40,7 +41,10 @@ from itertools import islice, repeat
 from futures.worker.context import EngineContext
 from futures.worker.fencing import owner_headers, owner_record
 from futures.worker.kafka import Deliveries
+from futures.worker.restate import fenced_keys, restatement
 from futures.worker.table import FIRED_RECORD_BYTES, Record, progress_record, topic_progress_record
+
+log = logging.getLogger(__name__)
 
 
 @dataclass
@@ -112,6 +116,8 @@ class Ahead:
 
     deliveries: Deliveries = field(default_factory=Deliveries)
     counts: dict[int, int] = field(default_factory=dict)
+    #: The sweep's tombstones produced, per partition.
+    tombstoned: dict[int, int] = field(default_factory=dict)
 
     def produce(self, ctx: EngineContext, changes: Mapping[int, Changes]) -> None:
         """Produce the records staged in ``changes`` since the last call."""
@@ -131,6 +137,7 @@ class Ahead:
         changelog only, as they change nothing in the table. Before any of the write's records."""
         if self.counts.get(partition):
             raise ValueError("tombstones go before a write's records")
+        self.tombstoned[partition] = self.tombstoned.get(partition, 0) + len(keys)
         ctx.writer.produce_many(
             ctx.config.changelog_topic,
             partition,
@@ -138,6 +145,35 @@ class Ahead:
             self.deliveries,
             ctx.tables(partition).owner_headers,
         )
+
+
+async def _restate(ctx: EngineContext, changes: dict[int, Changes]) -> dict[int, int]:
+    """Write again the keys a fenced owner wrote in the partitions of ``changes``, as their tables
+    hold them (:mod:`futures.worker.restate`), before the closing progress records; how many
+    records each partition got."""
+    reader, changelog = ctx.reader, ctx.config.changelog_topic
+    written: dict[int, int] = {}
+    deliveries = Deliveries()
+    for partition in changes:
+        table = ctx.tables(partition)
+        if table.unread and reader is not None and table.written_epoch is not None:
+            for start, end in table.unread:
+                table.restate.update(
+                    await fenced_keys(reader, changelog, partition, start, end, table.written_epoch)
+                )
+        table.unread.clear()
+        if table.restate:
+            keys = len(table.restate)
+            records = restatement(table, table.restate)
+            table.restate.clear()
+            ctx.writer.produce_many(changelog, partition, records, deliveries, table.owner_headers)
+            written[partition] = len(records)
+            ctx.metrics.restated.inc(keys)
+            log.info("partition %d: %d changelog keys a fenced owner wrote, written again", partition, keys)
+    if deliveries.quiet:
+        await ctx.writer.delivered(deliveries)
+        deliveries.raise_first("changelog restatement")
+    return written
 
 
 async def commit(ctx: EngineContext, changes: dict[int, Changes], *, ahead: Ahead | None = None) -> None:
@@ -153,6 +189,8 @@ async def commit(ctx: EngineContext, changes: dict[int, Changes], *, ahead: Ahea
     changes = {p: c for p, c in changes.items() if c.writes()}
     dispatch, writer = ctx.dispatch, ctx.writer
     await ctx.progress.landed(changes)
+    # Where each partition's first record of this write lands if nobody else writes meanwhile.
+    first = {partition: ctx.tables(partition).next_offset for partition in changes}
     dispatch.produce_events()  # delivered with this write's records, checked below
     changelog = ctx.config.changelog_topic
     fired_bytes = min(FIRED_RECORD_BYTES, ctx.config.max_record_bytes // 2)
@@ -172,14 +210,27 @@ async def commit(ctx: EngineContext, changes: dict[int, Changes], *, ahead: Ahea
         group.raise_first("changelog")
     side.raise_first("event or dead-letter")
     await _topic_progress(ctx, changes, staged)
-    # The tails come last in their partitions: their offsets are how far the changelog is written.
+    tails: dict[int, Record] = {}
     for partition, part in changes.items():
         table = ctx.tables(partition)
-        tail = progress_record(
+        tail = tails[partition] = progress_record(
             table.watermark if part.watermark is None else part.watermark,
             table.request_offset if part.request_offset is None else part.request_offset,
         )
         staged[partition].append(tail)
+        table.apply(
+            staged[partition],
+            None,
+            pending_delta=part.pending_delta,
+            stale_index=part.stale_index,
+            progress_on_disk=False,
+            applied=part.applying,
+        )
+    restated = await _restate(ctx, changes)  # as the tables hold the keys with this write applied
+    tombstoned = {} if ahead is None else ahead.tombstoned
+    # The tails come last in their partitions: their offsets are how far the changelog is written.
+    for partition, tail in tails.items():
+        table = ctx.tables(partition)
         deliveries = Deliveries(offsets=True)
         writer.produce(
             changelog,
@@ -189,15 +240,8 @@ async def commit(ctx: EngineContext, changes: dict[int, Changes], *, ahead: Ahea
             partition=partition,
             deliveries=deliveries,
         )
-        table.apply(
-            staged[partition],
-            None,
-            pending_delta=part.pending_delta,
-            stale_index=part.stale_index,
-            progress_on_disk=False,
-            applied=part.applying,
-        )
-        ctx.progress.add(partition, deliveries, tail, table)
+        written = len(staged[partition]) + tombstoned.get(partition, 0) + restated.get(partition, 0)
+        ctx.progress.add(partition, deliveries, tail, table, first[partition], written)
 
 
 async def open_epoch(ctx: EngineContext, partitions: Iterable[int], epoch: int) -> None:

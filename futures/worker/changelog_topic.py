@@ -16,12 +16,16 @@ table in the data dir is a cache of it. Restoring is exact from whatever Kafka h
   holds for a rebuild from offset 0: it must end within ``delete.retention.ms`` of its start, or
   a put read before its tombstone was cleaned comes back (Kafka's own rule for a consumer
   reading a compacted topic from its start). A value under an hour is warned about.
-* ``min.compaction.lag.ms`` (and ``max.compaction.lag.ms``, ``segment.ms``) may be anything:
-  compaction removes only a record a later one of its key supersedes, so a catch-up from any
-  offset reads each key's latest record since, and the table's state is the log's. An ``f``
-  record compacted away (its tombstone, or a record of another owner under the same key,
-  superseded it) deletes nothing on the catch-up, but each timer it listed has a tombstone of
-  its own before the record's (:mod:`futures.worker.sweep`).
+* **``min.compaction.lag.ms`` of at least** :data:`COMPACTION_LAG_MS` (15 min; Faust creates
+  the changelog with it): a revoked owner's late record may be the latest of a key its successor
+  wrote too, and the successor writes that key again within seconds
+  (:mod:`futures.worker.restate`); until it has, the lag keeps the record it writes again from
+  compaction. A shorter lag is warned about. Otherwise compaction removes only a record a later
+  one of its key supersedes, so a catch-up from any offset reads each key's latest record since,
+  and the table's state is the log's. An ``f`` record compacted away (its tombstone, or a
+  record of another owner under the same key, superseded it) deletes nothing on the catch-up,
+  but each timer it listed has a tombstone of its own before the record's
+  (:mod:`futures.worker.sweep`). ``max.compaction.lag.ms`` and ``segment.ms`` may be anything.
 
 A broker that does not answer (no DescribeConfigs permission) leaves the retention unknown: the
 worker starts, and rebuilds every table it finds. A changelog that does not exist yet (Faust
@@ -54,6 +58,10 @@ KAFKA_DELETE_RETENTION_MS = 24 * 60 * 60 * 1000
 REUSE_MARGIN_MS = 60 * 60 * 1000
 #: A ``delete.retention.ms`` below this is warned about: a rebuild from offset 0 must end within it.
 SHORT_RETENTION_MS = 60 * 60 * 1000
+#: The ``min.compaction.lag.ms`` the changelog is created with, and below which it is warned about:
+#: how long a record stays uncompacted, time enough for a key a revoked owner wrote late to be
+#: written again (:mod:`futures.worker.restate`) even across the failover of its new owner.
+COMPACTION_LAG_MS = 15 * 60 * 1000
 
 
 @dataclass(frozen=True)
@@ -157,7 +165,20 @@ def check_changelog(topic: str, topics: TopicConfigs) -> TableReuse:
             "--alter --entity-type topics --entity-name %s --add-config delete.retention.ms=%d",
             topic, retention, _span(SHORT_RETENTION_MS), topic, KAFKA_DELETE_RETENTION_MS,
         )  # fmt: skip
+    _check_lag(topic, config.get("min.compaction.lag.ms"))
     return TableReuse.after(retention, reason)
+
+
+def _check_lag(topic: str, raw: str | None) -> None:
+    lag = _int(raw)
+    if lag is None or lag < COMPACTION_LAG_MS:
+        log.warning(
+            "changelog %s: min.compaction.lag.ms=%s is under %s: a key a revoked worker wrote late may "
+            "be compacted over before its new owner writes it again, and a restore then misses it. "
+            "Raise it: kafka-configs --alter --entity-type topics --entity-name %s --add-config "
+            "min.compaction.lag.ms=%d",
+            topic, raw or "0 (Kafka's default)", _span(COMPACTION_LAG_MS), topic, COMPACTION_LAG_MS,
+        )  # fmt: skip
 
 
 def _warned(reason: str) -> TableReuse:

@@ -16,6 +16,7 @@ from collections.abc import Callable
 from futures.worker.callbacks import Callback
 from futures.worker.config import FireBudget, WorkerConfig
 from futures.worker.dispatch import Dispatcher
+from futures.worker.gaps import GapReader
 from futures.worker.kafka import KafkaWriter
 from futures.worker.metrics import WorkerMetrics
 from futures.worker.progress import InFlight
@@ -56,6 +57,7 @@ class EngineContext:
         clock: Callable[[], int],
         lock: asyncio.Lock,
         owns: Callable[[int], bool],
+        reader: GapReader | None = None,
     ) -> None:
         self.config = config
         self.tables = tables
@@ -68,6 +70,9 @@ class EngineContext:
         # store shares it, to close revoked partitions between mutations.
         self.lock = lock
         self.owns = owns
+        #: Reads ranges of a topic back: the request topics' holes, and the changelog where another
+        #: writer's records landed (:mod:`futures.worker.restate`). None: neither is read.
+        self.reader = reader
         #: Progress records the changelog has not acknowledged yet: awaited without the lock.
         self.progress = InFlight(writer, clock)
         self.budget = FireBudget(config.fire_budget_bytes, config.precise)

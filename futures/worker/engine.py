@@ -88,7 +88,7 @@ class TimerEngine:
             stored=lambda callback: tables(callback.partition).get_raw(callback.key),
         )
         self._ctx = EngineContext(
-            config, tables, writer, self.dispatch, metrics, clock, lock or asyncio.Lock(), owns
+            config, tables, writer, self.dispatch, metrics, clock, lock or asyncio.Lock(), owns, gaps
         )
         frontier = frontier or NoBacklog()
         #: Told of a failure that must stop the worker (durable writes failed): see _fatal.

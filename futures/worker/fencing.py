@@ -23,6 +23,9 @@ header was written by a worker that did not write epochs, and is always applied.
 A worker whose own late writes were fenced has applied them to its local table already: its
 table is not what the changelog restores. It notices when its recovery meets one of them
 (:attr:`OwnerFence.diverged`), and its table is rebuilt from the changelog.
+
+Compaction keeps each key's latest record, fenced or not: the owner writes again the keys of the
+fenced records it finds (:mod:`futures.worker.restate`).
 """
 
 from __future__ import annotations

@@ -74,6 +74,12 @@ class WorkerMetrics:
         )
         for outcome in ("read-back", "no-request"):
             self.request_gaps.labels(outcome)  # exported from the start, at 0
+        self.restated = Counter(
+            "timers_changelog_restated_total",
+            "Changelog keys written again because an owner revoked before wrote them late "
+            "(futures/worker/restate.py)",
+            registry=r,
+        )
         self.ticks = Counter(
             "timers_ticks_total",
             "Ticks by outcome: advanced the clock, duplicate/old (no-op), "

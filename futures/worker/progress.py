@@ -17,6 +17,11 @@ On disk a table keeps the progress that landed, with the changelog offset of its
 record (:meth:`~futures.worker.table.PartitionTimers.progress_landed`); in memory it
 is ahead by the records in flight. A restart replays the changelog from that offset:
 what was applied and not acknowledged is applied again, to the same state.
+
+The same rule makes the owner the one writer between two of a partition's progress records that
+it knows of: each progress record is expected where the write's own records leave it. One that
+lands further says that someone else (a revoked owner, writing late) wrote in between: the table
+notes the range, to read back and restate (:mod:`futures.worker.restate`).
 """
 
 from __future__ import annotations
@@ -36,6 +41,9 @@ class _Tail:
     deliveries: Deliveries
     record: Record
     table: PartitionTimers
+    #: Where the write's first record and this one land if nobody else writes (None: not known).
+    first: int | None
+    expected: int | None
 
 
 class InFlight:
@@ -47,12 +55,22 @@ class InFlight:
         self._clock = clock
         self._tails: dict[int, _Tail] = {}
 
-    def add(self, partition: int, deliveries: Deliveries, record: Record, table: PartitionTimers) -> None:
+    def add(
+        self,
+        partition: int,
+        deliveries: Deliveries,
+        record: Record,
+        table: PartitionTimers,
+        first: int | None = None,
+        written: int = 1,
+    ) -> None:
         """Take ``partition``'s progress ``record``, just produced (into ``deliveries``) and
-        applied to ``table`` in memory."""
+        applied to ``table`` in memory: the last of the ``written`` records of its write, the
+        first expected at offset ``first`` (None: not known)."""
         if partition in self._tails:
             raise ValueError(f"partition {partition}'s last progress record has not landed")
-        self._tails[partition] = _Tail(deliveries, record, table)
+        expected = None if first is None else first + written - 1
+        self._tails[partition] = _Tail(deliveries, record, table, first, expected)
 
     def busy(self, partition: int) -> bool:
         """Whether ``partition``'s progress record is still on its way (reports served first)."""
@@ -82,4 +100,7 @@ class InFlight:
                 continue
             del self._tails[partition]
             deliveries.raise_first("changelog progress")
-            tail.table.progress_landed(tail.record, deliveries.offsets.get(partition), self._clock())
+            offset = deliveries.offsets.get(partition)
+            if offset is not None and tail.first is not None and tail.expected != offset:
+                tail.table.landed_beyond(tail.first, offset)
+            tail.table.progress_landed(tail.record, offset, self._clock())

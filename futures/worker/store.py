@@ -338,7 +338,10 @@ class TimerStore(StoreBase):
                 fence = self._fences[partition] = OwnerFence(table.owner_epoch, table.written_epoch)
             headers = message.headers
             if not fence.admit(message.key, headers.items() if isinstance(headers, Mapping) else headers):
-                continue  # written by an owner after a newer one had started
+                # Written by an owner after a newer one had started: skipped, and its key written
+                # again by the first write after the recovery (futures/worker/restate.py).
+                self.partition(partition).restate.add(message.key)
+                continue
             records[partition].append((message.key, message.value))
         for partition, offset in offsets.items():
             table = self.partition(partition)

@@ -422,6 +422,12 @@ class PartitionTimers:
         self._trusted_from: int | None = None
         self._found: set[bytes] = set()
         self._found_bytes = 0
+        #: Where this partition's next changelog record lands while its owner is the only writer
+        #: (None: right after :attr:`persisted_offset`); and what a fenced owner wrote meanwhile:
+        #: changelog ranges still to read, keys to restate (:mod:`futures.worker.restate`).
+        self._next_offset: int | None = None
+        self.unread: list[tuple[int, int]] = []
+        self.restate: set[bytes] = set()
 
     def _move_index(self) -> None:
         """Move the id index of a table written with it among the timers to its column family."""
@@ -841,7 +847,7 @@ class PartitionTimers:
         for topic, applied_to in applying.items():
             self._applying[topic] = max(self._applying.get(topic, NO_OFFSET), applied_to)
         if offset is not None:
-            self.persisted_offset = offset
+            self.persisted_offset, self._next_offset = offset, None
         if pending_delta is None:
             # A replay: a timer kept below the watermark by its writer is put before the
             # progress that passed it, so the low mark is found anew when next needed. Its
@@ -863,15 +869,30 @@ class PartitionTimers:
             compaction_pending=read("rocksdb.estimate-pending-compaction-bytes"),
         )
 
+    @property
+    def next_offset(self) -> int | None:
+        """Where the next record this table's owner writes lands, if nobody else writes first
+        (None: not known)."""
+        if self._next_offset is not None:
+            return self._next_offset
+        return None if self.persisted_offset is None else self.persisted_offset + 1
+
+    def landed_beyond(self, first: int, offset: int) -> None:
+        """The records written from ``first`` landed, and the last, expected at an offset before
+        ``offset``, landed there: someone else wrote in between (:mod:`futures.worker.restate`)."""
+        self.unread.append((first, offset))
+
     def progress_landed(self, record: Record, offset: int | None, landed_ms: int) -> None:
         """A progress record (:func:`progress_record`) applied in memory landed at changelog
         ``offset``, seen at ``landed_ms`` (wall-clock epoch ms): the table on disk records it, and
         that it held every record of the partition then (its owner is the one writer). Skipped once
         the table is closed (its partition went elsewhere: the changelog, which holds the record,
-        is what the next owner reads)."""
+        is what the next owner reads). While another writer's records are still to read
+        (:meth:`landed_beyond`), the offset on disk stays before them: a restart reads them again."""
         batch = WriteBatch(raw_mode=True)
         batch.put(*record)
-        if offset is not None:
+        persist = offset is not None and not self.unread
+        if persist:
             batch.put(OFFSET_KEY, _I64.pack(offset))
         batch.put(CURRENT_KEY, _I64.pack(landed_ms))
         try:
@@ -879,7 +900,9 @@ class PartitionTimers:
         except DbClosedError:
             return
         if offset is not None:
-            self.persisted_offset = offset
+            self._next_offset = offset + 1
+            if persist:
+                self.persisted_offset = offset
         self.current_ms = landed_ms
 
     def mark_current(self, now_ms: int) -> None:
@@ -890,7 +913,7 @@ class PartitionTimers:
 
     def set_persisted_offset(self, offset: int) -> None:
         self._db.put(OFFSET_KEY, _I64.pack(offset))
-        self.persisted_offset = offset
+        self.persisted_offset, self._next_offset = offset, None
 
     def flushing(self) -> bool:
         """Whether RocksDB has memtables of this table to flush (False once it is closed)."""

@@ -132,7 +132,8 @@ def latest_wins(world: World, sent: list[Delivery]) -> list[Violation]:
 def duplicates_licensed(world: World, sent: list[Delivery]) -> list[Violation]:
     """A version sent more than once only if a worker crashed, or a revocation did not settle,
     between its first and its last sending (at least once: those repeat what was in flight), or
-    one of the copies came from an owner the group left out while it stalled, before it heard."""
+    an owner of its partition stalled past its session then, or one of the copies came from an
+    owner the group left out while it stalled, before it heard."""
     times: dict[tuple[str, int], list[Delivery]] = defaultdict(list)
     for d in sent:
         times[(d.timer_id, d.version)].append(d)
@@ -145,9 +146,11 @@ def duplicates_licensed(world: World, sent: list[Delivery]) -> list[Violation]:
         p = partition.partition if partition is not None else -1
         crashed = any(first <= t <= last for t in world.history.crashes)
         unsettled = any(first <= t <= last and q == p for t, q in world.history.unsettled)
-        # An owner stalled past its session sends, once back, until it hears it was left out.
+        # An owner stalled past its session sends, once back, until it hears it was left out; and
+        # to the group a stall is a crash: what it had in flight lands late, fenced, and its
+        # successor sends again what that would have settled.
         paused = any(
-            c.sender == name and stalled <= c.sent_ms <= heard and q == p
+            (c.sender == name and stalled <= c.sent_ms <= heard or first <= stalled <= last) and q == p
             for c in copies
             for name, stalled, heard, q in world.history.paused
         )

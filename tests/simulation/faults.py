@@ -28,19 +28,12 @@ class Fault(Enum):
     STALE_DIR_AFTER_EXPIRY = "stale_dir_after_expiry"  # a table found again after tombstones expired
     ABORTED_TXN = "aborted_txn"  # requests written in aborted transactions
     LATE_ZOMBIE_WRITES = "late_zombie_writes"  # a revoked step writes after settle_revoked gave up
-    # -- the known holes ----------------------------------------------------------------------
     BOGUS_TICK = "bogus_tick"
     PAUSED_OWNER = "paused_owner"  # an owner stalled past its session fires on before it hears
-    FENCED_COMPACTION = "fenced_compaction"  # compaction reaches records a fenced owner wrote
 
 
 #: The holes the engine is known to have, one line each. A run enables none of them unless asked.
-KNOWN_HOLES: dict[Fault, str] = {
-    Fault.FENCED_COMPACTION: (
-        "compaction keeps a fenced record over the admitted ones of its key (m:progress, a timer's "
-        "put): a restore has neither (seeds 5009, 7)"
-    ),
-}
+KNOWN_HOLES: dict[Fault, str] = {}
 
 #: What ``make test`` runs: every fault kind but the known holes.
 DEFAULT: frozenset[Fault] = frozenset(f for f in Fault if f not in KNOWN_HOLES)

@@ -54,6 +54,10 @@ def _run(schedule: list[Step], faults: frozenset[Fault], seed: int, scratch: Pat
     world = World(scratch, faults, seed)
     world.run(schedule)
     violations = check(world)
+    world.history.injected["restated"] += sum(
+        int(worker.metrics.restated._value.get())  # noqa: SLF001
+        for worker in world.workers
+    )
     callbacks = len(world.kafka.partition(CALLBACKS, 0).records)
     return Outcome(seed, len(schedule), violations, world.history.injected, callbacks)
 

@@ -124,6 +124,8 @@ class SimWorker(ProducerHost):
         self.failure: BaseException | None = None
         #: What the sweep's read costs per listed timer (s): SWEEP_READ_COST_S, or SLOW_SWEEP_READ_COST_S.
         self.sweep_read_cost_s = SWEEP_READ_COST_S
+        #: The engine's metrics, kept across lives: what a run counts.
+        self.metrics = WorkerMetrics()
 
     # -- ProducerHost ----------------------------------------------------------
 
@@ -172,7 +174,7 @@ class SimWorker(ProducerHost):
             config,
             self.table,
             KafkaWriter(self.producer, config.max_record_bytes, quiet=self.quiet),
-            WorkerMetrics(),
+            self.metrics,
             clock=self.clock_ms,
             owns=lambda partition: partition in self.owned,
             callback_topics=FakeTopics(),
@@ -314,9 +316,14 @@ class SimWorker(ProducerHost):
                 found, start = kafka.read(topic, partition, start, batch(), committed=False)
                 if not found:
                     continue
-                records: list[Record] = [
-                    (r.key, r.value) for r in found if r.key is not None and fence.admit(r.key, r.headers)
-                ]
+                records: list[Record] = []
+                for r in found:
+                    if r.key is None:
+                        continue
+                    if fence.admit(r.key, r.headers):
+                        records.append((r.key, r.value))
+                    else:
+                        table.restate.add(r.key)  # as TimerStore.apply_changelog_batch
                 table.apply(records, found[-1].offset, owner_epoch=fence.epoch)
                 world.history.injected["fenced_records"] += fence.fenced
                 _check(fence, table, partition, found[-1].offset)

@@ -10,7 +10,12 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from futures.worker.changelog_topic import KAFKA_DELETE_RETENTION_MS, TableReuse, check_changelog
+from futures.worker.changelog_topic import (
+    COMPACTION_LAG_MS,
+    KAFKA_DELETE_RETENTION_MS,
+    TableReuse,
+    check_changelog,
+)
 from ktimers.errors import TopicLayoutError
 
 TOPIC = "timers-timers-changelog"
@@ -58,6 +63,17 @@ def test_a_longer_retention_reuses_older_tables_and_a_short_one_is_warned_about(
         short = check_changelog(TOPIC, FakeTopics(_kafka(delete_retention_ms="600000")))
     assert short == TableReuse(300_000)  # half of it: the margin is at most half
     assert "delete.retention.ms=600000" in caplog.text
+
+
+def test_a_compaction_lag_under_15_minutes_is_warned_about_with_the_command_that_raises_it(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    with caplog.at_level(logging.WARNING):
+        check_changelog(TOPIC, FakeTopics(_kafka(min_compaction_lag_ms=str(COMPACTION_LAG_MS))))
+    assert "min.compaction.lag.ms" not in caplog.text
+    with caplog.at_level(logging.WARNING):
+        check_changelog(TOPIC, FakeTopics(_kafka(min_compaction_lag_ms="0")))
+    assert f"--add-config min.compaction.lag.ms={COMPACTION_LAG_MS}" in caplog.text
 
 
 @pytest.mark.parametrize(
