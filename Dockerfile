@@ -8,7 +8,7 @@
 #   docker build -t kafka-timers:0.1.0 .                      # services (the last stage)
 #   docker build -t kafka-timers:0.1.0-jobs --target jobs .   # + Java 17 and the Spark extra
 #
-# Python dependencies are installed with -c constraints.txt, the same pins CI tests with.
+# Python dependencies are installed with -c constraints.txt, the same pins and hashes CI tests with.
 
 # Bookworm, not the moving "slim" tag: openjdk-17-jre-headless (the jobs stage) is a bookworm package.
 # Named by tag, not digest: the tag moves with bookworm's patch releases. To pin the build, pass
@@ -36,6 +36,10 @@ RUN groupadd --system --gid "${APP_UID}" timers \
 # Build our wheel, then install it and its pinned dependencies from wheels only: a dependency
 # that would need a compiler should fail here, loudly. Our wheel holds compiled (Cython) modules,
 # listed in setup.py: this stage alone has a C compiler, the images it feeds have none.
+# Every file pip fetches is checked against the hashes in constraints.txt: pip first, by its own hash
+# (the image's pip checks hashes in requirements files only, 26.1 and later in constraints files too),
+# then the build backend into a venv of its own, then our wheel (no file to hash: built here) without
+# its dependencies, then those, against constraints.txt.
 FROM base AS build
 WORKDIR /src
 # Versions are not pinned: bookworm-security moves them, and an old pin would stop the build.
@@ -43,20 +47,24 @@ WORKDIR /src
 RUN apt-get update \
  && apt-get install -y --no-install-recommends gcc libc6-dev \
  && rm -rf /var/lib/apt/lists/*
-RUN python -m venv /opt/kafka-timers
-COPY pyproject.toml setup.py constraints.txt README.md ./
+COPY pyproject.toml setup.py constraints.txt requirements-pip.txt README.md ./
 COPY ktimers ktimers
 COPY oscillator oscillator
 COPY futures futures
+RUN python -m venv /opt/build \
+ && /opt/build/bin/pip install --require-hashes --no-deps -r requirements-pip.txt \
+ && /opt/build/bin/pip install --only-binary=:all: -c constraints.txt setuptools Cython \
+ && /opt/build/bin/pip wheel --no-deps --no-build-isolation --wheel-dir /wheels .
 # The services' extra: Faust, RocksDB and Prometheus for the worker and the oscillator.
-RUN pip wheel --no-deps --wheel-dir /wheels . \
- && pip install --only-binary=:all: -c constraints.txt "$(ls /wheels/kafka_timers-*.whl)[worker]"
+RUN python -m venv /opt/kafka-timers \
+ && pip install --require-hashes --no-deps -r requirements-pip.txt \
+ && pip install --no-deps "$(ls /wheels/kafka_timers-*.whl)" \
+ && pip install --only-binary=:all: -c constraints.txt "kafka-timers[worker]"
 
 # The Spark jobs' extra on top (pyspark is large, so the service image goes without it). pyspark is
 # published as a source archive only; it is pure Python and builds without a compiler.
 FROM build AS build-jobs
-RUN pip install --only-binary=:all: --no-binary=pyspark -c constraints.txt \
-        "$(ls /wheels/kafka_timers-*.whl)[jobs]" \
+RUN pip install --only-binary=:all: --no-binary=pyspark -c constraints.txt "kafka-timers[jobs]" \
  && pip uninstall --yes pip setuptools
 
 # The services' virtualenv, likewise without its installers.

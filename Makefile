@@ -23,21 +23,34 @@ help: ## list the targets
 	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z_-]+:.*## / {printf "  %-12s %s\n", $$1, $$2}' \
 		$(MAKEFILE_LIST)
 
-venv: $(STAMP) ## create .venv and install the project with dev tools, pinned by constraints.txt
+venv: $(STAMP) ## create .venv and install the project with dev tools, by the hashes in constraints.txt
 
 install: $(STAMP) ## same as venv
 
-$(STAMP): pyproject.toml constraints.txt setup.py $(wildcard futures/worker/*.pyx futures/client/*.pyx ktimers/*.pxd)
+# pip first, by hash: the virtualenv's own pip (23.2.1 with Python 3.11) checks hashes only in
+# requirements files, 26.1 and later in constraints files too (the Dockerfile installs an extra
+# against constraints.txt; so can a developer). Then every pinned dependency, each file checked
+# against its hashes; then the project itself, which has no file to hash: editable, without its
+# dependencies (all there), and built by the hashed setuptools and Cython, not an isolated download.
+$(STAMP): pyproject.toml constraints.txt requirements-pip.txt setup.py $(wildcard futures/worker/*.pyx futures/client/*.pyx ktimers/*.pxd)
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
-	$(BIN)/python -m pip install --quiet -c constraints.txt -e '.[dev]'
+	$(BIN)/python -m pip install --quiet --require-hashes --no-deps -r requirements-pip.txt
+	$(BIN)/python -m pip install --quiet --require-hashes -r constraints.txt
+	$(BIN)/python -m pip install --quiet --no-deps --no-build-isolation -e .
 	@touch $@
 
-constraints: ## re-pin constraints.txt from .venv (after changing dependencies in pyproject.toml)
-	@test -x $(BIN)/python || { echo "no $(VENV): run make venv first" >&2; exit 2; }
-	{ echo "# Exact versions of every dependency (transitive too), so a fresh machine gets the same set."; \
-	  echo "# Regenerate after changing pyproject.toml: make constraints"; \
-	  $(BIN)/python -m pip freeze --exclude-editable | grep -vi '^kafka-timers'; } > constraints.txt.tmp
-	mv constraints.txt.tmp constraints.txt
+# uv resolves for Python 3.11 on Linux, whoever runs it, and keeps every version already pinned unless
+# pyproject.toml rules it out (ARGS='--upgrade-package NAME' moves one); it records the hashes of all
+# the files PyPI has for a version, so any machine's pip finds the file it picks among them.
+# constraints-lowest.txt is not kept from the last lock (--upgrade): a floor lowered in pyproject.toml
+# is a floor there too, and what else comes is what an application installing the floors would get.
+UV_LOCK = $(BIN)/uv pip compile --quiet --generate-hashes --python-version 3.11 --python-platform linux \
+	--custom-compile-command 'make constraints' $(ARGS)
+constraints: $(STAMP) ## re-lock constraints.txt, constraints-lowest.txt, requirements-pip.txt (ARGS='--upgrade-package X')
+	$(UV_LOCK) --all-extras -o constraints.txt pyproject.toml
+	$(UV_LOCK) --upgrade --resolution lowest-direct --extra guard --extra oscillator --extra registry \
+		--extra embedded --extra test -o constraints-lowest.txt pyproject.toml
+	$(UV_LOCK) -o requirements-pip.txt requirements-pip.in
 
 proto: $(STAMP) ## regenerate ktimers/timers_pb2.py and .pyi from proto/timers.proto
 	$(BIN)/python -m grpc_tools.protoc -Iproto --python_out=ktimers --pyi_out=ktimers proto/timers.proto

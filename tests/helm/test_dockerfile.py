@@ -92,12 +92,37 @@ def test_services_image_is_the_default_target() -> None:
     assert STAGES[-1].name == "service"
 
 
-def test_dependencies_come_pinned_without_dev_tools() -> None:
-    build = BY_NAME["build"]
-    copies = " ".join(arg for op, arg in build.instructions if op == "COPY")
-    assert "constraints.txt" in copies and "pyproject.toml" in copies
-    installs = [line for line in build.runs().split("&&") if "pip install" in line]
-    assert installs and all("-c constraints.txt" in line for line in installs)
+def _installs(stage: str) -> list[str]:
+    return [" ".join(line.split()) for line in BY_NAME[stage].runs().split("&&") if "pip install" in line]
+
+
+@pytest.mark.parametrize("stage", ["build", "build-jobs"])
+def test_every_file_pip_fetches_is_checked_by_hash(stage: str) -> None:
+    """pip itself by its own hash, then everything against constraints.txt (hashes there need pip 26.1)."""
+    copies = " ".join(arg for op, arg in BY_NAME["build"].instructions if op == "COPY")
+    assert "constraints.txt" in copies and "requirements-pip.txt" in copies and "pyproject.toml" in copies
+    installs = _installs(stage)
+    assert installs
+    for line in installs:
+        fetches = "--no-deps" not in line or " -r " in line
+        if "-r requirements-pip.txt" in line:
+            assert "--require-hashes" in line, line
+        elif fetches:
+            assert "-c constraints.txt" in line, f"{line}: fetches files no hash checks"
+        else:
+            assert "/wheels/kafka_timers-" in line, f"{line}: only our own wheel installs unchecked"
+    if stage == "build":
+        # Each virtualenv's pip is replaced by the hashed one before it installs anything else.
+        for venv in ("/opt/build/bin/pip", "pip"):
+            own = [line for line in installs if line.startswith(f"{venv} install")]
+            assert own and "-r requirements-pip.txt" in own[0], own
+        # Our wheel is built by the hashed backend, not one an isolated build would download.
+        assert "--no-build-isolation" in BY_NAME["build"].runs()
+    (pip,) = re.findall(r"^pip==(\S+)", (REPO / "requirements-pip.txt").read_text(), re.MULTILINE)
+    assert tuple(int(p) for p in pip.split(".")[:2]) >= (26, 1), pip
+
+
+def test_dependencies_come_without_dev_tools() -> None:
     assert "[dev]" not in DOCKERFILE.read_text()
 
 
