@@ -36,6 +36,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     stop.install()
     try:
         config = OscillatorConfig.from_env()
+        # librdkafka would reject a CA bundle it cannot read only when the first client is made,
+        # as a traceback: said now, in one line, as the worker says it.
+        config.common.kafka.ssl_context()
     except ConfigError as exc:
         log.error("oscillator cannot start: %s", exc)
         return EXIT_USAGE
