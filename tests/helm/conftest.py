@@ -108,6 +108,13 @@ COMPACTION: dict[str, Any] = {
 }
 
 
+# Precise mode (each timer sent at its own millisecond), passed as the chart's README says: worker.extraEnv.
+PRECISE: dict[str, Any] = {"worker": {"extraEnv": [{"name": "TIMERS_PRECISE", "value": "1"}]}}
+
+# More oscillators than the default three (values.yaml: oscillator.replicas), each ticking every partition.
+FIVE_OSCILLATORS: dict[str, Any] = {"oscillator": {"replicas": 5}}
+
+
 def _readme_value_sets() -> dict[str, dict[str, Any]]:
     """The values files the chart's README shows (its ``yaml`` blocks), each a value set of its own."""
     text = (CHART_DIR / "README.md").read_text()
@@ -121,6 +128,8 @@ VALUE_SETS: dict[str, dict[str, Any]] = {
     "production": PRODUCTION,
     "inline-sasl": INLINE_SASL,
     "compaction": COMPACTION,
+    "precise": PRECISE,
+    "five-oscillators": FIVE_OSCILLATORS,
     **_readme_value_sets(),
 }
 
