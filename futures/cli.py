@@ -31,15 +31,28 @@ from confluent_kafka import (
 from confluent_kafka.admin import AdminClient
 
 from futures.client import TimerClient
+from futures.console import decode
+from futures.console.answers import EventTail
 from futures.durations import DURATION_HELP, INSTANT_HELP, parse_duration, parse_instant
 from ktimers.cli import UsageError, command_parser, fail
-from ktimers.config import COMMON_ENV, CommonConfig
+from ktimers.config import COMMON_ENV, CommonConfig, TopicsConfig
 from ktimers.errors import DeliveryError, TimersError
 from ktimers.shutdown import StopFlag
 from ktimers.topics import create_topics, verify_topics
-from ktimers.wire import H_DUE_MS, H_FIRED_MS, KafkaHeaders, header_value, message_headers, text_or_repr
+from ktimers.wire import (
+    H_DUE_MS,
+    H_FIRED_MS,
+    KafkaHeaders,
+    TimerEvent,
+    header_value,
+    message_headers,
+    text_or_repr,
+)
 
-EXIT_INCOMPLETE = 1  # watch --count not reached before --timeout
+EXIT_INCOMPLETE = 1  # watch --count not reached, or no answer to cancel --wait, before --timeout
+EXIT_NOT_PENDING = 3  # the timer is not pending: a cancel --wait missed it
+#: How long ``timers cancel --wait`` waits for the worker's answer by default (seconds).
+CANCEL_WAIT_S = 30.0
 #: How often ``timers watch`` looks for a topic that does not exist yet (seconds).
 WATCH_TOPIC_POLL_S = 0.5
 
@@ -118,6 +131,18 @@ def build_parser() -> argparse.ArgumentParser:
     cancel = commands.add_parser("cancel", help="cancel a pending timer by id")
     cancel.add_argument("id", metavar="ID", help="timer id, as printed by `timers schedule`")
     cancel.add_argument("--key", help="request record key the timer was scheduled with (default: the id)")
+    cancel.add_argument(
+        "--wait",
+        action="store_true",
+        help="wait for the worker's answer on timer-events: exit 0 when CANCELLED, "
+        f"{EXIT_NOT_PENDING} when CANCEL_MISSED (not pending: unknown id or already fired), "
+        f"{EXIT_INCOMPLETE} when no answer came before --timeout",
+    )
+    cancel.add_argument(
+        "--timeout",
+        type=_duration,
+        help=f"with --wait: give up after this long (default 30s): {DURATION_HELP}",
+    )
     _add_delivery_timeout(cancel)
     cancel.set_defaults(run=_cancel)
 
@@ -126,6 +151,12 @@ def build_parser() -> argparse.ArgumentParser:
     watch.add_argument("--from-beginning", action="store_true", help="start at the oldest record")
     watch.add_argument("--count", type=_positive_int, help="stop after this many records")
     watch.add_argument("--timeout", type=_duration, help=f"stop after this long: {DURATION_HELP}")
+    watch.add_argument(
+        "--raw",
+        action="store_true",
+        help="print every record as it is (key, value, headers), without decoding the service's "
+        "events, dead letters and requests",
+    )
     watch.set_defaults(run=_watch)
 
     topics = commands.add_parser("topics", help="create or check the service's topics")
@@ -238,11 +269,6 @@ def _print_json(obj: dict[str, Any]) -> None:
     print(json.dumps(obj, ensure_ascii=False), flush=True)
 
 
-def _iso_ms(epoch_ms: int) -> str:
-    stamp = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(epoch_ms // 1000))
-    return f"{stamp}.{epoch_ms % 1000:03d}Z"
-
-
 def _client(common: CommonConfig, delivery_timeout_s: float) -> TimerClient:
     return TimerClient(
         common,
@@ -291,7 +317,7 @@ def _schedule(args: argparse.Namespace) -> int:
         "topic": handle.callback_topic,
         "key": args.key,
         "due_ms": handle.due_ms,
-        "due": _iso_ms(handle.due_ms),
+        "due": decode.iso_ms(handle.due_ms),
     }
     if handle.token is not None:
         out["token"] = handle.token
@@ -300,14 +326,47 @@ def _schedule(args: argparse.Namespace) -> int:
 
 
 def _cancel(args: argparse.Namespace) -> int:
-    client = _client(_common(), args.delivery_timeout)
+    if args.timeout is not None and not args.wait:
+        raise UsageError("--timeout is how long --wait waits: give --wait too", "timers cancel")
+    common = _common()
+    client = _client(common, args.delivery_timeout)
+    sent = {"id": args.id, "record_key": args.key or args.id}
+    if not args.wait:
+        _send_cancel(client, args)
+        _print_json({**sent, "cancel": "sent"})
+        return 0
+    timeout = CANCEL_WAIT_S if args.timeout is None else args.timeout
+    deadline = time.monotonic() + timeout
+    with EventTail(common, kafka_log) as tail:
+        tail.catch_up(deadline)
+        _send_cancel(client, args)
+        event = tail.wait_for(args.id, (TimerEvent.CANCELLED, TimerEvent.CANCEL_MISSED), deadline)
+    if event is None:
+        _print_json({**sent, "cancel": "no-answer"})
+        print(
+            f"timers cancel: the cancel of {args.id!r} was sent, but {common.topics.events!r} had no answer "
+            f"within {timeout:g}s: is a worker running? (a longer --timeout waits more)",
+            file=sys.stderr,
+        )
+        return EXIT_INCOMPLETE
+    answer = {
+        **sent,
+        "cancel": "cancelled" if event.kind == TimerEvent.CANCELLED else "missed",
+        **{k: v for k, v in decode.event_json(event).items() if k not in ("id", "source_offset")},
+    }
+    _print_json(answer)
+    if event.kind == TimerEvent.CANCELLED:
+        return 0
+    print(f"timers cancel: {args.id!r} was not pending: unknown id, or it already fired", file=sys.stderr)
+    return EXIT_NOT_PENDING
+
+
+def _send_cancel(client: TimerClient, args: argparse.Namespace) -> None:
     try:
         client.cancel(args.id, record_key=args.key)
     except ValueError as exc:
         raise UsageError(str(exc), "timers cancel") from exc
     _send_and_wait(client, args.delivery_timeout)
-    _print_json({"id": args.id, "record_key": args.key or args.id, "cancel": "sent"})
-    return 0
 
 
 def _int_header(headers: KafkaHeaders, name: str) -> int | None:
@@ -337,7 +396,7 @@ def record_json(msg: Any) -> dict[str, Any]:
     }
     due_ms = _int_header(headers, H_DUE_MS)
     if due_ms is not None:
-        out["due"] = _iso_ms(due_ms)
+        out["due"] = decode.iso_ms(due_ms)
         kind, written_ms = msg.timestamp()
         if kind != TIMESTAMP_NOT_AVAILABLE:
             out["lateness_ms"] = written_ms - due_ms
@@ -345,6 +404,29 @@ def record_json(msg: Any) -> dict[str, Any]:
         if fired_ms is not None:
             out["fire_delay_ms"] = fired_ms - due_ms
     return out
+
+
+def watch_lines(msg: Any, topics: TopicsConfig) -> list[dict[str, Any]]:
+    """What ``timers watch`` prints for one record: the service's own records decoded (one line
+    per event of a ``timer-events`` record), any other record as :func:`record_json` has it."""
+    headers = message_headers(msg)
+    if headers is None:
+        return [record_json(msg)]
+    where = {"partition": msg.partition(), "offset": msg.offset()}
+    kind = decode.kind_of(msg.topic(), topics, headers)
+    try:
+        if kind is decode.RecordKind.EVENTS:
+            return [{**where, **decode.event_json(e)} for e in decode.events_of(msg.value(), headers)]
+        if kind is decode.RecordKind.DEAD_LETTER:
+            return [
+                {**where, "key": text_or_repr(msg.key()), **decode.dead_letter_json(msg.value(), headers)}
+            ]
+        if kind is decode.RecordKind.REQUEST:
+            request = decode.request_json(msg.value(), headers)
+            return [{**where, "key": text_or_repr(msg.key()), "request": request}]
+    except ValueError as exc:
+        return [{**record_json(msg), "decode_error": str(exc)}]
+    return [record_json(msg)]
 
 
 def _watch(args: argparse.Namespace) -> int:
@@ -364,7 +446,7 @@ def _watch(args: argparse.Namespace) -> int:
         start = OFFSET_BEGINNING if args.from_beginning else OFFSET_END
         # Assigning skips the group join (seconds on the embedded broker) and leaves no group behind.
         consumer.assign([TopicPartition(args.topic, p, start) for p in partitions])
-        return _print_records(consumer, args, deadline)
+        return _print_records(consumer, args, common.topics, deadline)
     except KeyboardInterrupt:
         return 0
     finally:
@@ -396,7 +478,9 @@ def _partitions(consumer: Consumer, topic: str, common: CommonConfig, deadline: 
         time.sleep(min(WATCH_TOPIC_POLL_S, max(0.0, deadline - time.monotonic())))
 
 
-def _print_records(consumer: Consumer, args: argparse.Namespace, deadline: float | None) -> int:
+def _print_records(
+    consumer: Consumer, args: argparse.Namespace, topics: TopicsConfig, deadline: float | None
+) -> int:
     seen = 0
     while args.count is None or seen < args.count:
         wait = 0.5 if deadline is None else min(0.5, deadline - time.monotonic())
@@ -419,7 +503,8 @@ def _print_records(consumer: Consumer, args: argparse.Namespace, deadline: float
                 raise KafkaException(err)
             print(f"timers: warning: {err.str()}", file=sys.stderr)
             continue
-        _print_json(record_json(msg))
+        for line in [record_json(msg)] if args.raw else watch_lines(msg, topics):
+            _print_json(line)
         seen += 1
     return 0
 

@@ -282,3 +282,10 @@ def test_watch_into_a_reader_that_stops_early_ends_quietly_with_status_0():
 
     assert child.wait(timeout=30) == 0
     assert child.stderr.read().decode() == ""
+
+
+def test_cancel_timeout_without_wait_exits_2(capsys, fake_producer):
+    code, out, err = run(capsys, "cancel", "r-1", "--timeout", "5s")
+    assert (code, out) == (2, "")
+    assert "timers cancel: error: --timeout is how long --wait waits: give --wait too" in err
+    assert fake_producer.records == []

@@ -24,7 +24,7 @@ FRAMEWORKS = ("faust", "mode", "aiokafka", "rocksdict", "prometheus_client")
 #: part -> (what to import, module prefixes it must never load)
 PARTS: dict[str, tuple[list[str], tuple[str, ...]]] = {
     "client": (
-        ["futures.client", "futures.client.guard", "futures.cli"],
+        ["futures.client", "futures.client.guard", "futures.cli", "futures.console.answers"],
         WORKER + FRAMEWORKS + ("futures.ingress", "futures.jobs", "pyspark"),
     ),
     "ingress": (["futures.ingress.requests"], WORKER + FRAMEWORKS + ("confluent_kafka", "pyspark")),
@@ -48,7 +48,7 @@ PARTS: dict[str, tuple[list[str], tuple[str, ...]]] = {
 
 #: part -> the source folders whose every import (also inside functions) is checked
 SOURCES = {
-    "client": ["futures/client"],
+    "client": ["futures/client", "futures/console"],
     "ingress": ["futures/ingress"],
     "jobs": ["futures/jobs"],
     "tasks": ["futures/tasks"],

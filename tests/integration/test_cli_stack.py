@@ -1,0 +1,113 @@
+"""The ``timers`` command against a running worker: what an operator sees of timers, events and
+dead letters without writing a consumer. One worker and one oscillator serve every test here."""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from collections.abc import Iterator
+
+import pytest
+
+from futures.cli import EXIT_INCOMPLETE, EXIT_NOT_PENDING, main
+from futures.client import TimerClient
+from tests.integration.conftest import STACK_LIMITS, Stack, fresh_env
+from tests.processes import Service
+
+pytestmark = pytest.mark.integration
+
+READ_TOKEN = "read-token-0123456789abcdef"
+ADMIN_TOKEN = "admin-token-0123456789abcdef"
+
+
+@pytest.fixture(scope="module")
+def cli_stack(broker_env: dict[str, str], tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
+    logs = tmp_path_factory.mktemp("cli-stack")
+    services: list[Service] = []
+
+    def spawn(name: str, args: list[str], env: dict[str, str], start: bool = True) -> Service:
+        service = Service(name, [sys.executable, *args], env, logs / f"{name}.log")
+        services.append(service)
+        return service.start() if start else service
+
+    settings = {**STACK_LIMITS, "TIMERS_ADMIN_READ_TOKEN": READ_TOKEN, "TIMERS_ADMIN_TOKEN": ADMIN_TOKEN}
+    stack = Stack(env=fresh_env(broker_env, settings=settings), spawn=spawn, data_dir=logs / "worker-data")
+    try:
+        stack.start_worker()
+        stack.start_oscillator()
+        yield stack
+    finally:
+        stack.close()
+        for service in services:
+            service.stop(timeout_s=10)
+
+
+@pytest.fixture
+def cli(cli_stack: Stack, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]):
+    """``cli("cancel", "x")`` → (exit status, stdout, stderr), with the stack's environment."""
+    for name, value in cli_stack.env.items():
+        monkeypatch.setenv(name, value)
+    monkeypatch.setenv("TIMERS_ADMIN_URL", f"http://127.0.0.1:{cli_stack.web_port}")
+
+    def run(*argv: str) -> tuple[int, str, str]:
+        code = main(list(argv))
+        out, err = capsys.readouterr()
+        return code, out, err
+
+    return run
+
+
+def json_lines(out: str) -> list[dict]:
+    return [json.loads(line) for line in out.splitlines() if line.strip()]
+
+
+def test_cancel_wait_says_cancelled_then_missed_and_watch_shows_the_events(cli_stack: Stack, cli) -> None:
+    reader = cli_stack.callback_topic("cancel-wait")
+    with TimerClient(cli_stack.common) as client:
+        handle = client.schedule(reader.topic, "k", "v", delay=120)
+
+    code, out, err = cli("cancel", handle.id, "--wait", "--timeout", "20s")
+    assert (code, err) == (0, "")
+    answer = json.loads(out)
+    assert (answer["id"], answer["cancel"], answer["event"]) == (handle.id, "cancelled", "CANCELLED")
+    assert answer["due_ms"] == handle.due_ms
+
+    code, out, err = cli("cancel", handle.id, "--wait", "--timeout", "20s")
+    assert code == EXIT_NOT_PENDING
+    assert json.loads(out)["cancel"] == "missed"
+    assert "was not pending: unknown id, or it already fired" in err
+
+    code, out, _ = cli("watch", cli_stack.common.topics.events, "--from-beginning", "--timeout", "2s")
+    assert code == 0
+    kinds = [line["event"] for line in json_lines(out) if line.get("id") == handle.id]
+    assert kinds == ["SCHEDULED", "CANCELLED", "CANCEL_MISSED"]
+
+
+def test_cancel_wait_without_an_answer_exits_1(cli_stack: Stack, cli, monkeypatch) -> None:
+    # A request topic no worker reads: the cancel goes out, and nobody answers.
+    monkeypatch.setenv("TIMERS_TOPIC_REQUEST", cli_stack.callback_topic("unread").topic)
+    started = time.monotonic()
+    code, out, err = cli("cancel", "nobody-reads-this", "--wait", "--timeout", "2s")
+    assert code == EXIT_INCOMPLETE
+    assert json.loads(out)["cancel"] == "no-answer"
+    assert "had no answer within 2s" in err
+    assert time.monotonic() - started < 10
+
+
+def test_watch_decodes_a_dead_letter_with_the_request_it_held(cli_stack: Stack, cli) -> None:
+    with TimerClient(cli_stack.common) as client:
+        handle = client.schedule("not-allowed-here", "k", "payload", delay=60)
+    code, out, err = cli(
+        "watch", cli_stack.common.topics.dlq, "--from-beginning", "--count", "1", "--timeout", "20s"
+    )
+    assert (code, err) == (0, "")
+    (line,) = json_lines(out)
+    assert line["reason"] == "callback-topic-not-allowed"
+    assert line["source"]["topic"] == cli_stack.common.topics.request
+    assert line["request"]["id"] == handle.id
+    assert line["request"]["payload"] == "payload"
+
+    code, out, _ = cli("watch", cli_stack.common.topics.dlq, "--from-beginning", "--count", "1", "--raw")
+    assert code == 0
+    assert json_lines(out)[0]["headers"]["kt-reason"] == "callback-topic-not-allowed"
