@@ -2,15 +2,20 @@
 
 from __future__ import annotations
 
+import contextlib
+import io
 import json
 import subprocess
 import sys
 import time
 from datetime import UTC, datetime
 from pathlib import Path
+from zoneinfo import ZoneInfo
 
 import pytest
 from confluent_kafka import TIMESTAMP_CREATE_TIME, TIMESTAMP_NOT_AVAILABLE
+from hypothesis import given
+from hypothesis import strategies as st
 
 from futures import cli
 from futures.cli import main, record_json
@@ -19,6 +24,7 @@ from futures.durations import parse_duration, parse_instant
 from ktimers.config import CommonConfig
 from ktimers.wire import Future
 from tests.client.test_client import FakeProducer
+from tests.ingress.fuzzing import FUZZ
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -104,7 +110,17 @@ BASE = ["schedule", "--topic", "orders", "--key", "k", "--value", "v"]
         ([], "timers: error: the following arguments are required: COMMAND (see: timers --help)"),
         (["frobnicate"], "invalid choice: 'frobnicate'"),
         ([*BASE, "--delay", "5x"], "timers schedule: error: argument --delay: invalid duration '5x'"),
-        ([*BASE], "one of the arguments --delay --at is required"),
+        ([*BASE], "give --delay or --at (or --cron or --every for a recurring timer)"),
+        ([*BASE, "--every", "0.5s"], "the shortest interval is 1000 ms"),
+        ([*BASE, "--every", "1m", "--cron", "@daily"], "argument --cron: not allowed with argument --every"),
+        ([*BASE, "--cron", "* * *"], "cron expression '* * *' has 3 fields; expected 5"),
+        ([*BASE, "--cron", "@daily", "--tz", "Mars/Olympus"], "unknown time zone 'Mars/Olympus'"),
+        ([*BASE, "--delay", "1", "--tz", "UTC"], "--tz is the time zone of --cron: give --cron too"),
+        (
+            [*BASE, "--delay", "1", "--max-count", "2"],
+            "--max-count ends a series: give --cron or --every too",
+        ),
+        ([*BASE, "--every", "1m", "--until", "2001-01-01T00:00:00Z"], "the series would be empty"),
         ([*BASE, "--delay", "5s", "--at", "1795280400"], "not allowed with argument"),
         ([*BASE, "--at", "2026-11-21T17:00:00"], "append Z for UTC"),
         ([*BASE, "--delay", "1", "--header", "novalue"], "expected NAME=VALUE"),
@@ -155,6 +171,7 @@ def fake_producer(monkeypatch) -> FakeProducer:
         return TimerClient(CommonConfig(), producer=producer)
 
     monkeypatch.setattr(cli, "_client", client)
+    monkeypatch.setattr(cli, "_warn_if_missing", lambda common, topic: None)
     return producer
 
 
@@ -289,3 +306,60 @@ def test_cancel_timeout_without_wait_exits_2(capsys, fake_producer):
     assert (code, out) == (2, "")
     assert "timers cancel: error: --timeout is how long --wait waits: give --wait too" in err
     assert fake_producer.records == []
+
+
+def sent_future(producer: FakeProducer) -> Future:
+    (record,) = producer.records
+    return Future.FromString(record.value)
+
+
+def test_schedule_every_sends_a_series_one_interval_from_now(capsys, fake_producer):
+    before = time.time()
+    code, out, err = run(capsys, *BASE, "--every", "1m30s", "--max-count", "3", "--id", "tick")
+    assert (code, err) == (0, "")
+    printed = json.loads(out)
+    future = sent_future(fake_producer)
+    assert (future.recurrence.interval_ms, future.recurrence.max_count) == (90_000, 3)
+    assert future.due_ms == printed["due_ms"]
+    assert abs(printed["due_ms"] - (before + 90) * 1000) < 2000
+    assert printed["series"] == {
+        "cron": None,
+        "time_zone": None,
+        "interval_ms": 90_000,
+        "until_ms": None,
+        "max_count": 3,
+    }
+
+
+def test_schedule_cron_starts_at_its_next_match_in_its_zone(capsys, fake_producer):
+    code, out, _ = run(capsys, *BASE, "--cron", "30 9 * * *", "--tz", "Europe/Paris")
+    assert code == 0
+    future = sent_future(fake_producer)
+    assert (future.recurrence.cron, future.recurrence.time_zone) == ("30 9 * * *", "Europe/Paris")
+    due = datetime.fromtimestamp(future.due_ms / 1000, ZoneInfo("Europe/Paris"))
+    assert (due.hour, due.minute) == (9, 30)
+    assert 0 < future.due_ms / 1000 - time.time() <= 86400
+    assert json.loads(out)["series"]["time_zone"] == "Europe/Paris"
+
+
+@FUZZ
+@given(
+    option=st.sampled_from(["--every", "--cron", "--tz", "--until", "--max-count", "--delay", "--at"]),
+    text=st.text(max_size=40) | st.sampled_from(["@daily", "*/0 * * * *", "1e400", "nan", "0 0 30 2 *"]),
+)
+def test_any_schedule_option_value_schedules_or_says_what_to_fix(option, text):
+    """Whatever is typed: a timer (status 0) or one line saying what to fix (status 2)."""
+    producer = FakeProducer()
+    argv = [*BASE, option, text]
+    if option in ("--tz", "--until", "--max-count"):
+        argv += ["--cron", "@daily"]
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(cli, "_client", lambda common, timeout: TimerClient(CommonConfig(), producer=producer))
+        patch.setattr(cli, "_warn_if_missing", lambda common, topic: None)
+        errors = io.StringIO()
+        with contextlib.redirect_stderr(errors), contextlib.redirect_stdout(io.StringIO()):
+            code = main(argv)
+    assert code in (0, 2)
+    if code == 2:
+        assert errors.getvalue().count("\n") == 1
+        assert producer.records == []

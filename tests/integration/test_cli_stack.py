@@ -111,3 +111,23 @@ def test_watch_decodes_a_dead_letter_with_the_request_it_held(cli_stack: Stack, 
     code, out, _ = cli("watch", cli_stack.common.topics.dlq, "--from-beginning", "--count", "1", "--raw")
     assert code == 0
     assert json_lines(out)[0]["headers"]["kt-reason"] == "callback-topic-not-allowed"
+
+
+def test_schedule_every_fires_a_series_and_warns_of_a_missing_topic(cli_stack: Stack, cli) -> None:
+    reader = cli_stack.callback_topic("every")
+    code, out, err = cli(
+        *["schedule", "--topic", reader.topic, "--key", "k", "--value", "tick"],
+        *["--every", "1s", "--max-count", "2", "--id", "series-1"],
+    )
+    assert (code, err) == (0, "")  # the topic exists: no warning
+    assert json.loads(out)["series"]["interval_ms"] == 1000
+    callbacks = reader.read_until(lambda r: len(r) >= 2, timeout_s=20)
+    reader.poll(1.5)  # and no third: --max-count 2
+    assert [(c.timer_id, c.value) for c in callbacks] == [("series-1", b"tick")] * 2
+
+    missing = "cb-missing-topic-for-the-warning"
+    code, _, err = cli("schedule", "--topic", missing, "--key", "k", "--value", "v", "--delay", "1h")
+    assert code == 0
+    assert err.startswith(f"timers schedule: warning: topic '{missing}' does not exist on ")
+    assert f"timers topics create --callback {missing}" in err
+    assert err.count("\n") == 1
