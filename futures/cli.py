@@ -11,6 +11,7 @@ import argparse
 import json
 import logging
 import os
+import shlex
 import sys
 import time
 import uuid
@@ -32,7 +33,17 @@ from confluent_kafka.admin import AdminClient
 
 from futures.client import TimerClient
 from futures.console import decode
+from futures.console.admin import (
+    ADMIN_ENV,
+    ADMIN_URL_ENV,
+    DEFAULT_ADMIN_URL,
+    AdminApi,
+    admin_url,
+    token_from,
+)
 from futures.console.answers import EventTail
+from futures.console.pending import detail_lines, list_timers, show_timer
+from futures.console.table import table
 from futures.durations import DURATION_HELP, INSTANT_HELP, parse_duration, parse_instant
 from ktimers.cli import UsageError, command_parser, fail
 from ktimers.config import COMMON_ENV, CommonConfig, TopicsConfig
@@ -50,7 +61,9 @@ from ktimers.wire import (
 )
 
 EXIT_INCOMPLETE = 1  # watch --count not reached, or no answer to cancel --wait, before --timeout
-EXIT_NOT_PENDING = 3  # the timer is not pending: a cancel --wait missed it
+EXIT_NOT_PENDING = 3  # the timer is not pending: a cancel --wait missed it, show found it nowhere
+#: Most timers in one page of ``timers list`` (the admin API's ceiling).
+MAX_PAGE = 1000
 #: How long ``timers cancel --wait`` waits for the worker's answer by default (seconds).
 CANCEL_WAIT_S = 30.0
 #: How often ``timers watch`` looks for a topic that does not exist yet (seconds).
@@ -104,8 +117,29 @@ def _positive_int(text: str) -> int:
     return value
 
 
+def _page_size(text: str) -> int:
+    value = _positive_int(text)
+    if value > MAX_PAGE:
+        raise argparse.ArgumentTypeError(f"{text!r}: at most {MAX_PAGE} timers a page")
+    return value
+
+
+def _partition(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = -1
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"{text!r}: expected a partition number (0, 1, …)")
+    return value
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = command_parser("timers", "Durable timers on Kafka.", [("environment", COMMON_ENV)])
+    parser = command_parser(
+        "timers",
+        "Durable timers on Kafka.",
+        [("environment", COMMON_ENV), ("environment, admin API (list, show, status)", ADMIN_ENV)],
+    )
     parser.add_argument("-v", "--verbose", action="store_true", help="show Kafka client logs")
     commands = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
 
@@ -179,6 +213,29 @@ def build_parser() -> argparse.ArgumentParser:
     )
     watch.set_defaults(run=_watch)
 
+    listing = commands.add_parser(
+        "list", help="list pending timers, earliest first, from every worker (their admin API)"
+    )
+    listing.add_argument("--from", dest="from_at", type=_instant, help=f"due at or after: {INSTANT_HELP}")
+    listing.add_argument("--to", dest="to_at", type=_instant, help=f"due before: {INSTANT_HELP}")
+    listing.add_argument(
+        "--limit", type=_page_size, default=100, help=f"timers per page (1 to {MAX_PAGE}, default 100)"
+    )
+    listing.add_argument(
+        "--after", metavar="CURSOR", help="the next page: the cursor the previous one ended with"
+    )
+    listing.add_argument("--partition", type=_partition, help="only the timers of this request partition")
+    _add_admin(listing)
+    listing.set_defaults(run=_list)
+
+    show = commands.add_parser("show", help="show one pending timer, from the worker that holds it")
+    show.add_argument("id", metavar="ID", help="timer id")
+    show.add_argument(
+        "--payload", action="store_true", help="with its payload (the first 4 KiB) and header values"
+    )
+    _add_admin(show)
+    show.set_defaults(run=_show)
+
     topics = commands.add_parser("topics", help="create or check the service's topics")
     topic_commands = topics.add_subparsers(dest="topics_command", metavar="ACTION", required=True)
     create = topic_commands.add_parser("create", help="create missing topics, then check the layout")
@@ -206,6 +263,16 @@ def build_parser() -> argparse.ArgumentParser:
     broker.add_argument("--no-topics", action="store_true", help="do not create the service's topics")
     broker.set_defaults(run=_broker)
     return parser
+
+
+def _add_admin(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--admin",
+        metavar="URL",
+        help="a worker's web URL; the others are found from it "
+        f"(default: {ADMIN_URL_ENV}, else {DEFAULT_ADMIN_URL})",
+    )
+    parser.add_argument("--json", action="store_true", help="print JSON (stable keys) instead of a table")
 
 
 def _add_delivery_timeout(parser: argparse.ArgumentParser) -> None:
@@ -455,6 +522,82 @@ def _send_cancel(client: TimerClient, args: argparse.Namespace) -> None:
     except ValueError as exc:
         raise UsageError(str(exc), "timers cancel") from exc
     _send_and_wait(client, args.delivery_timeout)
+
+
+def _admin(args: argparse.Namespace) -> AdminApi:
+    return AdminApi(admin_url(args.admin, os.environ), token_from(os.environ))
+
+
+def _warn_unreachable(client: AdminApi, prog: str) -> None:
+    for url, why in sorted(client.unreachable.items()):
+        print(f"{prog}: warning: left out {url}, named by another worker: {why}", file=sys.stderr)
+
+
+def _list(args: argparse.Namespace) -> int:
+    common = _common()
+    if args.partition is not None and args.partition >= common.topics.partitions:
+        raise UsageError(
+            f"--partition {args.partition}: the request topic has partitions 0 to "
+            f"{common.topics.partitions - 1} (TIMERS_PARTITIONS)",
+            "timers list",
+        )
+    query: dict[str, object] = {}
+    for name, at in (("from_ms", args.from_at), ("to_ms", args.to_at)):
+        if at is not None:
+            query[name] = round(at * 1000)
+    if args.after is not None:
+        query["after"] = args.after
+    if args.partition is not None:
+        query["partition"] = args.partition
+    client = _admin(args)
+    page = list_timers(client, query, args.limit, common.topics.partitions)
+    if args.json:
+        _print_json(
+            {
+                "timers": page.timers,
+                "next": page.next,
+                "workers": page.workers,
+                "missing_partitions": page.missing,
+            }
+        )
+    else:
+        columns = ["id", "partition", "due_ms", "callback_topic", "callback_key", "payload_bytes"]
+        rows = [[_due(t.get(c)) if c == "due_ms" else t.get(c) for c in columns] for t in page.timers]
+        print(table(["id", "partition", "due", "callback_topic", "callback_key", "payload_bytes"], rows))
+        if page.next is not None:
+            print(f"timers list: more after this page: --after {shlex.quote(page.next)}", file=sys.stderr)
+    _warn_unreachable(client, "timers list")
+    if page.missing:
+        print(
+            f"timers list: warning: no worker answered for partitions {', '.join(map(str, page.missing))}: "
+            "their timers are not listed (a worker starting, or a rebalance under way)",
+            file=sys.stderr,
+        )
+    return 0
+
+
+def _due(due_ms: object) -> object:
+    return decode.iso_ms(due_ms) if isinstance(due_ms, int) and not isinstance(due_ms, bool) else due_ms
+
+
+def _show(args: argparse.Namespace) -> int:
+    client = _admin(args)
+    timer = show_timer(client, args.id, args.payload)
+    _warn_unreachable(client, "timers show")
+    if timer is None:
+        print(
+            f"timers show: {args.id!r} is not pending on any worker: unknown id, fired or cancelled",
+            file=sys.stderr,
+        )
+        return EXIT_NOT_PENDING
+    if args.json:
+        _print_json(timer)
+    else:
+        lines = [
+            (name, _due(value) if name.endswith("due_ms") else value) for name, value in detail_lines(timer)
+        ]
+        print(table(["field", "value"], lines))
+    return 0
 
 
 def _int_header(headers: KafkaHeaders, name: str) -> int | None:

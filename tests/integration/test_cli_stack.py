@@ -131,3 +131,54 @@ def test_schedule_every_fires_a_series_and_warns_of_a_missing_topic(cli_stack: S
     assert err.startswith(f"timers schedule: warning: topic '{missing}' does not exist on ")
     assert f"timers topics create --callback {missing}" in err
     assert err.count("\n") == 1
+
+
+def test_list_and_show_pending_timers_through_the_admin_api(cli_stack: Stack, cli, monkeypatch) -> None:
+    start = time.time() + 10 * 86400
+    with TimerClient(cli_stack.common) as client:
+        handles = [client.schedule("cb-listed", f"k{i}", f"payload {i}", at=start + i) for i in range(3)]
+    window = ["--from", str(int(start)), "--to", str(int(start) + 10)]
+
+    def listing(*extra: str) -> dict:
+        code, out, err = cli("list", *window, "--json", *extra)
+        assert (code, err) == (0, "")
+        return json.loads(out)
+
+    deadline = time.monotonic() + 15
+    while len(listing()["timers"]) < 3 and time.monotonic() < deadline:
+        time.sleep(0.2)  # the worker takes them in
+    first = listing("--limit", "2")
+    assert [t["id"] for t in first["timers"]] == [h.id for h in handles[:2]]
+    assert first["workers"] == [f"http://127.0.0.1:{cli_stack.web_port}"]
+    assert first["missing_partitions"] == []
+    rest = listing("--limit", "2", "--after", first["next"])
+    assert ([t["id"] for t in rest["timers"]], rest["next"]) == ([handles[2].id], None)
+
+    code, out, _ = cli("list", *window)
+    assert code == 0
+    header, *rows = out.splitlines()
+    assert header.split() == ["ID", "PARTITION", "DUE", "CALLBACK_TOPIC", "CALLBACK_KEY", "PAYLOAD_BYTES"]
+    assert [row.split()[0] for row in rows] == [h.id for h in handles]
+    assert rows[0].split()[3:] == ["cb-listed", "k0", "9"]
+
+    code, out, _ = cli("show", handles[1].id, "--json", "--payload")
+    assert code == 0
+    shown = json.loads(out)
+    assert (shown["id"], shown["callback_key"], shown["payload"]) == (handles[1].id, "k1", "payload 1")
+    code, out, _ = cli("show", handles[1].id)
+    assert code == 0
+    assert any(line.split() == ["callback_topic", "cb-listed"] for line in out.splitlines())
+
+    code, out, err = cli("show", "no-such-timer")
+    assert (code, out) == (EXIT_NOT_PENDING, "")
+    assert "'no-such-timer' is not pending on any worker" in err
+
+    monkeypatch.delenv("TIMERS_ADMIN_READ_TOKEN")
+    monkeypatch.setenv("TIMERS_ADMIN_TOKEN", "not-the-token-0123456789")
+    code, out, err = cli("list")
+    assert (code, out) == (2, "")
+    assert "refused: the token sent is not one of its tokens: set TIMERS_ADMIN_READ_TOKEN" in err
+    code, _, err = cli("show", "x", "--admin", "http://127.0.0.1:1")
+    assert code == 2
+    assert "cannot reach the admin API at http://127.0.0.1:1" in err
+    assert err.count("\n") == 1
