@@ -43,10 +43,11 @@ from futures.console.admin import (
 )
 from futures.console.answers import EventTail
 from futures.console.pending import detail_lines, list_timers, show_timer
+from futures.console.status import cluster_status, request_lag, status_tables
 from futures.console.table import table
 from futures.durations import DURATION_HELP, INSTANT_HELP, parse_duration, parse_instant
 from ktimers.cli import UsageError, command_parser, fail
-from ktimers.config import COMMON_ENV, CommonConfig, TopicsConfig
+from ktimers.config import COMMON_ENV, DEFAULT_APP_ID, CommonConfig, TopicsConfig
 from ktimers.errors import DeliveryError, TimersError
 from ktimers.shutdown import StopFlag
 from ktimers.topics import create_topics, verify_topics
@@ -235,6 +236,14 @@ def build_parser() -> argparse.ArgumentParser:
     )
     _add_admin(show)
     show.set_defaults(run=_show)
+
+    status = commands.add_parser(
+        "status",
+        help="the service at a glance: workers and their partitions, clocks, pending timers, "
+        "requests not yet taken in, oscillators, dead letters",
+    )
+    _add_admin(status)
+    status.set_defaults(run=_status)
 
     topics = commands.add_parser("topics", help="create or check the service's topics")
     topic_commands = topics.add_subparsers(dest="topics_command", metavar="ACTION", required=True)
@@ -597,6 +606,16 @@ def _show(args: argparse.Namespace) -> int:
             (name, _due(value) if name.endswith("due_ms") else value) for name, value in detail_lines(timer)
         ]
         print(table(["field", "value"], lines))
+    return 0
+
+
+def _status(args: argparse.Namespace) -> int:
+    common = _common()
+    client = _admin(args)
+    group = os.environ.get("TIMERS_APP_ID") or DEFAULT_APP_ID
+    status = cluster_status(client, common.topics.partitions, request_lag(common, group, kafka_log))
+    _print_json(status) if args.json else print(status_tables(status))
+    _warn_unreachable(client, "timers status")
     return 0
 
 

@@ -25,6 +25,8 @@ Env = Mapping[str, str]
 #: ``KAFKA_SSL_CA_LOCATION=probe``: librdkafka's word for "the system's CA store" (the chart
 #: sets it when TLS needs no CA of its own); any other value names a CA bundle file.
 SYSTEM_CA_STORE = "probe"
+#: The worker's default ``TIMERS_APP_ID``: its consumer group and the prefix of its internal topics.
+DEFAULT_APP_ID = "timers"
 
 
 @dataclass(frozen=True)

@@ -12,16 +12,13 @@ import re
 from dataclasses import dataclass, field
 
 from futures.ingress.registry import SchemaCheck
-from ktimers.config import TopicsConfig
+from ktimers.config import DEFAULT_APP_ID, TopicsConfig
 
 # Kafka's own rule for topic names.
 _TOPIC_NAME = re.compile(r"[a-zA-Z0-9._-]{1,249}")
 
 #: A ``max_payload_bytes`` this large limits nothing: no Kafka record comes near 1 TiB.
 NO_PAYLOAD_LIMIT = 1 << 40
-
-#: The worker's default ``TIMERS_APP_ID``: its consumer group and the prefix of its internal topics.
-DEFAULT_APP_ID = "timers"
 
 #: Callback topics refused unless ``TIMERS_DENIED_CALLBACK_TOPICS`` says otherwise:
 #: internal topics of Kafka Streams, Faust, Connect and Schema Registry, which a timer

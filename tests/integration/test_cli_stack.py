@@ -182,3 +182,38 @@ def test_list_and_show_pending_timers_through_the_admin_api(cli_stack: Stack, cl
     assert code == 2
     assert "cannot reach the admin API at http://127.0.0.1:1" in err
     assert err.count("\n") == 1
+
+
+def test_status_says_who_holds_what_with_clocks_and_oscillators(cli_stack: Stack, cli) -> None:
+    cli_stack.wait_for_tick(timeout_s=20)
+    with TimerClient(cli_stack.common) as client:
+        client.schedule("cb-status", "k", "v", delay=3600, id="status-1")
+    worker = f"http://127.0.0.1:{cli_stack.web_port}"
+    deadline = time.monotonic() + 20
+    while True:  # until the worker has committed the request's offset
+        code, out, err = cli("status", "--json")
+        assert (code, err) == (0, "")
+        status = json.loads(out)
+        if any(p["request_lag"] is not None for p in status["partitions"]) or time.monotonic() > deadline:
+            break
+        time.sleep(0.5)
+    lags = [p["request_lag"] for p in status["partitions"] if p["request_lag"] is not None]
+    assert lags and set(lags) == {0}  # committed, and nothing left to take in
+    assert [w["url"] for w in status["workers"]] == [worker]
+    assert status["workers"][0]["partitions"] == [0, 1, 2, 3]
+    rows = status["partitions"]
+    assert [(p["partition"], p["worker"]) for p in rows] == [(i, worker) for i in range(4)]
+    assert all(abs(p["watermark_s"] - time.time()) < 30 for p in rows)
+    assert all(p["request_lag"] is None or p["request_lag"] >= 0 for p in rows)
+    assert [o["source"] for o in status["oscillators"]] == ["osc-0"]
+
+    code, out, _ = cli("status")
+    assert code == 0
+    lines = out.splitlines()
+    assert lines[0].split()[:3] == ["WORKER", "READY", "PARTITIONS"]
+    assert lines[1].split()[:3] == [worker, "yes", "0,1,2,3"]
+    partition_header = lines.index(next(line for line in lines if line.startswith("PARTITION ")))
+    assert lines[partition_header].split() == [
+        "PARTITION", "WORKER", "PENDING", "CLOCK", "CLOCK_LAG_S", "LAST_TICK_AGE_S", "STALLED", "REQUEST_LAG"
+    ]  # fmt: skip
+    assert any(line.split()[:1] == ["osc-0"] for line in lines)
