@@ -32,7 +32,7 @@ from confluent_kafka import (
 from confluent_kafka.admin import AdminClient
 
 from futures.client import TimerClient
-from futures.console import decode
+from futures.console import decode, resend
 from futures.console.admin import (
     ADMIN_ENV,
     ADMIN_URL_ENV,
@@ -63,6 +63,8 @@ from ktimers.wire import (
 
 EXIT_INCOMPLETE = 1  # watch --count not reached, or no answer to cancel --wait, before --timeout
 EXIT_NOT_PENDING = 3  # the timer is not pending: a cancel --wait missed it, show found it nowhere
+#: How often a worker lists the cluster's topics to learn the callback topics that exist (seconds).
+TOPIC_REFRESH_S = 30.0
 #: Most timers in one page of ``timers list`` (the admin API's ceiling).
 MAX_PAGE = 1000
 #: How long ``timers cancel --wait`` waits for the worker's answer by default (seconds).
@@ -244,6 +246,32 @@ def build_parser() -> argparse.ArgumentParser:
     )
     _add_admin(status)
     status.set_defaults(run=_status)
+
+    letters = commands.add_parser(
+        "deadletter", help="send a dead letter's request again, once its cause is fixed"
+    )
+    letter_commands = letters.add_subparsers(dest="deadletter_command", metavar="ACTION", required=True)
+    resending = letter_commands.add_parser(
+        "resend",
+        help="send the request a dead letter holds (key, value, headers as sent) to the topic it came from",
+    )
+    resending.add_argument(
+        "--partition",
+        type=_partition,
+        required=True,
+        help="partition of the dead letter (timers watch shows it)",
+    )
+    resending.add_argument("--offset", type=_partition, required=True, help="offset of the dead letter")
+    resending.add_argument("--topic", help="the dead-letter topic (default: TIMERS_TOPIC_DLQ)")
+    resending.add_argument(
+        "--to", metavar="TOPIC", help="send it to this topic instead of its kt-source-topic"
+    )
+    resending.add_argument("--dry-run", action="store_true", help="say what would be sent, send nothing")
+    resending.add_argument(
+        "--json", action="store_true", help="print JSON (stable keys) instead of a sentence"
+    )
+    _add_delivery_timeout(resending)
+    resending.set_defaults(run=_resend)
 
     topics = commands.add_parser("topics", help="create or check the service's topics")
     topic_commands = topics.add_subparsers(dest="topics_command", metavar="ACTION", required=True)
@@ -619,6 +647,50 @@ def _status(args: argparse.Namespace) -> int:
     return 0
 
 
+def _resend(args: argparse.Namespace) -> int:
+    common = _common()
+    topic = args.topic or common.topics.dlq
+    letter = resend.read_one(common, topic, args.partition, args.offset, args.delivery_timeout, kafka_log)
+    try:
+        record = resend.plan(letter, args.to)
+    except resend.ResendError as exc:
+        raise UsageError(str(exc), "timers deadletter resend") from exc
+    callback_topic = resend.callback_topic_of(letter)
+    if callback_topic is not None and resend.missing_topics(common, [callback_topic], 10.0, kafka_log):
+        raise UsageError(
+            f"the timer's callback topic {callback_topic!r} still does not exist: create it "
+            f"(timers topics create --callback {callback_topic}), wait {TOPIC_REFRESH_S:g}s for the "
+            "workers to see it, then resend",
+            "timers deadletter resend",
+        )
+    if letter.reason == resend.BATCH_INVALID:
+        print(
+            "timers deadletter resend: warning: the valid timers of this batch were scheduled when it was "
+            "first read: they are scheduled again (any that fired meanwhile fire again)",
+            file=sys.stderr,
+        )
+    where = f"{topic}[{args.partition}]@{args.offset}"
+    out: dict[str, Any] = {
+        "dead_letter": {
+            "topic": topic,
+            "partition": args.partition,
+            "offset": args.offset,
+            "reason": letter.reason,
+        },
+        "to": {"topic": record.topic, "partition": None, "offset": None},
+        "sent": False,
+    }
+    if args.dry_run:
+        sentence = f"would resend {where} ({letter.reason}) to {record.topic}: nothing sent (--dry-run)"
+    else:
+        partition, offset = resend.send(common, record, args.delivery_timeout, kafka_log)
+        out["to"].update(partition=partition, offset=offset)
+        out["sent"] = True
+        sentence = f"resent {where} ({letter.reason}) to {record.topic}[{partition}]@{offset}"
+    _print_json(out) if args.json else print(sentence)
+    return 0
+
+
 def _int_header(headers: KafkaHeaders, name: str) -> int | None:
     raw = header_value(headers, name)
     try:
@@ -666,7 +738,10 @@ def watch_lines(msg: Any, topics: TopicsConfig) -> list[dict[str, Any]]:
     kind = decode.kind_of(msg.topic(), topics, headers)
     try:
         if kind is decode.RecordKind.EVENTS:
-            return [{**where, **decode.event_json(e)} for e in decode.events_of(msg.value(), headers)]
+            events = decode.events_of(msg.value(), headers)
+            if not events:  # a line all the same: a watch counts records
+                return [{**record_json(msg), "decode_error": "a timer-events record with no events"}]
+            return [{**where, **decode.event_json(e)} for e in events]
         if kind is decode.RecordKind.DEAD_LETTER:
             return [
                 {**where, "key": text_or_repr(msg.key()), **decode.dead_letter_json(msg.value(), headers)}

@@ -98,6 +98,11 @@ def test_a_single_event_record_and_its_reason():
     assert (line["event"], line["reason"], line["due_ms"]) == ("CANCEL_MISSED", "nope", None)
 
 
+def test_an_events_record_without_events_still_prints_a_line():
+    (line,) = watch_lines(Msg(TOPICS.events, b"", [("kt-kind", b"batch")]), TOPICS)
+    assert line["decode_error"] == "a timer-events record with no events"
+
+
 def test_a_dead_letter_shows_why_where_from_and_the_request_it_held():
     future = Future(
         callBackTopic="orders", callBackKey="k", callBack=b"v", id="t-1", due_ms=1000, token="secret"

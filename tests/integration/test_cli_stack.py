@@ -9,6 +9,7 @@ import time
 from collections.abc import Iterator
 
 import pytest
+from confluent_kafka.admin import AdminClient, NewTopic
 
 from futures.cli import EXIT_INCOMPLETE, EXIT_NOT_PENDING, main
 from futures.client import TimerClient
@@ -217,3 +218,52 @@ def test_status_says_who_holds_what_with_clocks_and_oscillators(cli_stack: Stack
         "PARTITION", "WORKER", "PENDING", "CLOCK", "CLOCK_LAG_S", "LAST_TICK_AGE_S", "STALLED", "REQUEST_LAG"
     ]  # fmt: skip
     assert any(line.split()[:1] == ["osc-0"] for line in lines)
+
+
+def test_a_dead_letter_is_resent_as_it_was_sent_once_its_topic_exists(cli_stack: Stack, cli) -> None:
+    topic = f"cb-created-late-{time.monotonic_ns()}"
+    with TimerClient(cli_stack.common) as client:
+        handle = client.schedule(topic, "k", "late but there", delay=0.5)
+    dlq = cli_stack.reader(cli_stack.common.topics.dlq)
+
+    def undeliverable(records) -> list:
+        return [r for r in records if r.key == handle.id.encode()]
+
+    (letter,) = undeliverable(dlq.read_until(lambda r: bool(undeliverable(r)), timeout_s=20))
+    where = ["--partition", str(letter.partition), "--offset", str(letter.offset)]
+
+    code, out, err = cli("deadletter", "resend", *where)
+    assert (code, out) == (2, "")
+    assert f"callback topic '{topic}' still does not exist: create it (timers topics create --callback" in err
+
+    admin = AdminClient({"bootstrap.servers": cli_stack.bootstrap})
+    admin.create_topics([NewTopic(topic, 2, 1)])[topic].result()
+    code, out, err = cli("deadletter", "resend", *where, "--dry-run")
+    assert (code, err) == (0, "")
+    assert out.startswith(f"would resend {cli_stack.common.topics.dlq}[{letter.partition}]@{letter.offset}")
+    assert "(callback-undeliverable) to " + cli_stack.common.topics.request in out
+
+    code, out, err = cli("deadletter", "resend", *where, "--json")
+    assert (code, err) == (0, "")
+    sent = json.loads(out)
+    assert (sent["sent"], sent["dead_letter"]["reason"]) == (True, "callback-undeliverable")
+    assert sent["to"]["topic"] == cli_stack.common.topics.request
+    request = cli_stack.reader(cli_stack.common.topics.request)
+    at = (sent["to"]["partition"], sent["to"]["offset"])
+    (resent,) = [
+        r for r in request.read_until(lambda rs: any((r.partition, r.offset) == at for r in rs), 15)
+        if (r.partition, r.offset) == at
+    ]  # fmt: skip
+    assert (resent.key, resent.value) == (letter.key, letter.value)
+    assert [k for k, _ in resent.headers if k.startswith("kt-")] == []  # the worker's headers are gone
+
+
+def test_resend_of_what_is_no_dead_letter_says_so(cli_stack: Stack, cli) -> None:
+    code, out, err = cli(
+        "deadletter", "resend", "--partition", "0", "--offset", "999999", "--delivery-timeout", "3s"
+    )
+    assert (code, out) == (2, "")
+    assert "no record at that offset" in err and "check --offset" in err
+    code, _, err = cli("deadletter", "resend", "--partition", "9", "--offset", "0")
+    assert code == 2
+    assert "no such topic partition (it has partitions 0 to 3)" in err
