@@ -8,10 +8,8 @@ line on stderr that says what to do, and exits with status 2.
 from __future__ import annotations
 
 import argparse
-import json
 import logging
 import os
-import shlex
 import sys
 import time
 import uuid
@@ -32,22 +30,15 @@ from confluent_kafka import (
 from confluent_kafka.admin import AdminClient
 
 from futures.client import TimerClient
-from futures.console import decode, resend
-from futures.console.admin import (
-    ADMIN_ENV,
-    ADMIN_URL_ENV,
-    DEFAULT_ADMIN_URL,
-    AdminApi,
-    admin_url,
-    token_from,
-)
+from futures.console import decode
+from futures.console.admin import ADMIN_ENV
 from futures.console.answers import EventTail
-from futures.console.pending import detail_lines, list_timers, show_timer
-from futures.console.status import cluster_status, request_lag, status_tables
-from futures.console.table import table
-from futures.durations import DURATION_HELP, INSTANT_HELP, parse_duration, parse_instant
+from futures.console.commands import add_commands
+from futures.console.options import add_delivery_timeout, duration, header, instant, port, positive_int
+from futures.console.output import EXIT_INCOMPLETE, EXIT_NOT_PENDING, kafka_log, print_json
+from futures.durations import DURATION_HELP, INSTANT_HELP
 from ktimers.cli import UsageError, command_parser, fail
-from ktimers.config import COMMON_ENV, DEFAULT_APP_ID, CommonConfig, TopicsConfig
+from ktimers.config import COMMON_ENV, CommonConfig, TopicsConfig
 from ktimers.errors import DeliveryError, TimersError
 from ktimers.shutdown import StopFlag
 from ktimers.topics import create_topics, verify_topics
@@ -61,80 +52,12 @@ from ktimers.wire import (
     text_or_repr,
 )
 
-EXIT_INCOMPLETE = 1  # watch --count not reached, or no answer to cancel --wait, before --timeout
-EXIT_NOT_PENDING = 3  # the timer is not pending: a cancel --wait missed it, show found it nowhere
-#: How often a worker lists the cluster's topics to learn the callback topics that exist (seconds).
-TOPIC_REFRESH_S = 30.0
-#: Most timers in one page of ``timers list`` (the admin API's ceiling).
-MAX_PAGE = 1000
 #: How long ``timers cancel --wait`` waits for the worker's answer by default (seconds).
 CANCEL_WAIT_S = 30.0
 #: How often ``timers watch`` looks for a topic that does not exist yet (seconds).
 WATCH_TOPIC_POLL_S = 0.5
 
-# librdkafka logs every failed connection attempt; routed here and silenced
-# unless --verbose, so an unreachable broker yields one clear line, not a stream.
-kafka_log = logging.getLogger("timers.kafka")
-
 Handler = Callable[[argparse.Namespace], int]
-
-
-def _duration(text: str) -> float:
-    try:
-        return parse_duration(text)
-    except ValueError as exc:
-        raise argparse.ArgumentTypeError(str(exc)) from exc
-
-
-def _instant(text: str) -> float:
-    try:
-        return parse_instant(text)
-    except ValueError as exc:
-        raise argparse.ArgumentTypeError(str(exc)) from exc
-
-
-def _header(text: str) -> tuple[str, str]:
-    name, sep, value = text.partition("=")
-    if not sep or not name:
-        raise argparse.ArgumentTypeError(f"header {text!r}: expected NAME=VALUE")
-    return name, value
-
-
-def _port(text: str) -> int:
-    try:
-        port = int(text)
-    except ValueError:
-        port = -1
-    if not 0 <= port <= 65535:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a port number (0 to 65535)")
-    return port
-
-
-def _positive_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        value = 0
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"{text!r}: expected a whole number of at least 1")
-    return value
-
-
-def _page_size(text: str) -> int:
-    value = _positive_int(text)
-    if value > MAX_PAGE:
-        raise argparse.ArgumentTypeError(f"{text!r}: at most {MAX_PAGE} timers a page")
-    return value
-
-
-def _partition(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        value = -1
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"{text!r}: expected a partition number (0, 1, …)")
-    return value
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -156,9 +79,9 @@ def build_parser() -> argparse.ArgumentParser:
     )
     when = sched.add_mutually_exclusive_group()
     when.add_argument(
-        "--delay", type=_duration, help=f"fire after this long (a series: start then): {DURATION_HELP}"
+        "--delay", type=duration, help=f"fire after this long (a series: start then): {DURATION_HELP}"
     )
-    when.add_argument("--at", type=_instant, help=f"fire at this time (a series: start then): {INSTANT_HELP}")
+    when.add_argument("--at", type=instant, help=f"fire at this time (a series: start then): {INSTANT_HELP}")
     series = sched.add_mutually_exclusive_group()
     series.add_argument(
         "--cron",
@@ -168,21 +91,19 @@ def build_parser() -> argparse.ArgumentParser:
     )
     series.add_argument(
         "--every",
-        type=_duration,
+        type=duration,
         metavar="DURATION",
         help=f"fire again and again this far apart: {DURATION_HELP}",
     )
     sched.add_argument("--tz", metavar="ZONE", help="IANA time zone --cron is read in (default UTC)")
-    sched.add_argument("--until", type=_instant, help=f"no occurrence of the series after: {INSTANT_HELP}")
-    sched.add_argument(
-        "--max-count", type=_positive_int, metavar="N", help="occurrences of the series in all"
-    )
+    sched.add_argument("--until", type=instant, help=f"no occurrence of the series after: {INSTANT_HELP}")
+    sched.add_argument("--max-count", type=positive_int, metavar="N", help="occurrences of the series in all")
     sched.add_argument("--id", help="timer id (default: random); reusing an id replaces that timer")
     sched.add_argument("--token", help="token copied to the callback's kt-token header")
     sched.add_argument(
-        "--header", type=_header, action="append", default=[], metavar="NAME=VALUE", help="callback header"
+        "--header", type=header, action="append", default=[], metavar="NAME=VALUE", help="callback header"
     )
-    _add_delivery_timeout(sched)
+    add_delivery_timeout(sched)
     sched.set_defaults(run=_schedule)
 
     cancel = commands.add_parser("cancel", help="cancel a pending timer by id")
@@ -197,17 +118,17 @@ def build_parser() -> argparse.ArgumentParser:
     )
     cancel.add_argument(
         "--timeout",
-        type=_duration,
+        type=duration,
         help=f"with --wait: give up after this long (default 30s): {DURATION_HELP}",
     )
-    _add_delivery_timeout(cancel)
+    add_delivery_timeout(cancel)
     cancel.set_defaults(run=_cancel)
 
     watch = commands.add_parser("watch", help="print records arriving on a topic, with their lateness")
     watch.add_argument("topic", metavar="TOPIC")
     watch.add_argument("--from-beginning", action="store_true", help="start at the oldest record")
-    watch.add_argument("--count", type=_positive_int, help="stop after this many records")
-    watch.add_argument("--timeout", type=_duration, help=f"stop after this long: {DURATION_HELP}")
+    watch.add_argument("--count", type=positive_int, help="stop after this many records")
+    watch.add_argument("--timeout", type=duration, help=f"stop after this long: {DURATION_HELP}")
     watch.add_argument(
         "--raw",
         action="store_true",
@@ -216,68 +137,13 @@ def build_parser() -> argparse.ArgumentParser:
     )
     watch.set_defaults(run=_watch)
 
-    listing = commands.add_parser(
-        "list", help="list pending timers, earliest first, from every worker (their admin API)"
-    )
-    listing.add_argument("--from", dest="from_at", type=_instant, help=f"due at or after: {INSTANT_HELP}")
-    listing.add_argument("--to", dest="to_at", type=_instant, help=f"due before: {INSTANT_HELP}")
-    listing.add_argument(
-        "--limit", type=_page_size, default=100, help=f"timers per page (1 to {MAX_PAGE}, default 100)"
-    )
-    listing.add_argument(
-        "--after", metavar="CURSOR", help="the next page: the cursor the previous one ended with"
-    )
-    listing.add_argument("--partition", type=_partition, help="only the timers of this request partition")
-    _add_admin(listing)
-    listing.set_defaults(run=_list)
-
-    show = commands.add_parser("show", help="show one pending timer, from the worker that holds it")
-    show.add_argument("id", metavar="ID", help="timer id")
-    show.add_argument(
-        "--payload", action="store_true", help="with its payload (the first 4 KiB) and header values"
-    )
-    _add_admin(show)
-    show.set_defaults(run=_show)
-
-    status = commands.add_parser(
-        "status",
-        help="the service at a glance: workers and their partitions, clocks, pending timers, "
-        "requests not yet taken in, oscillators, dead letters",
-    )
-    _add_admin(status)
-    status.set_defaults(run=_status)
-
-    letters = commands.add_parser(
-        "deadletter", help="send a dead letter's request again, once its cause is fixed"
-    )
-    letter_commands = letters.add_subparsers(dest="deadletter_command", metavar="ACTION", required=True)
-    resending = letter_commands.add_parser(
-        "resend",
-        help="send the request a dead letter holds (key, value, headers as sent) to the topic it came from",
-    )
-    resending.add_argument(
-        "--partition",
-        type=_partition,
-        required=True,
-        help="partition of the dead letter (timers watch shows it)",
-    )
-    resending.add_argument("--offset", type=_partition, required=True, help="offset of the dead letter")
-    resending.add_argument("--topic", help="the dead-letter topic (default: TIMERS_TOPIC_DLQ)")
-    resending.add_argument(
-        "--to", metavar="TOPIC", help="send it to this topic instead of its kt-source-topic"
-    )
-    resending.add_argument("--dry-run", action="store_true", help="say what would be sent, send nothing")
-    resending.add_argument(
-        "--json", action="store_true", help="print JSON (stable keys) instead of a sentence"
-    )
-    _add_delivery_timeout(resending)
-    resending.set_defaults(run=_resend)
+    add_commands(commands)
 
     topics = commands.add_parser("topics", help="create or check the service's topics")
     topic_commands = topics.add_subparsers(dest="topics_command", metavar="ACTION", required=True)
     create = topic_commands.add_parser("create", help="create missing topics, then check the layout")
     create.add_argument(
-        "--partitions", type=_positive_int, help="partition count (default: TIMERS_PARTITIONS)"
+        "--partitions", type=positive_int, help="partition count (default: TIMERS_PARTITIONS)"
     )
     create.add_argument(
         "--callback",
@@ -295,30 +161,11 @@ def build_parser() -> argparse.ArgumentParser:
         help="run only the embedded broker (Tansu, memory only: for trying things out); Ctrl-C stops it",
     )
     broker.add_argument(
-        "--port", type=_port, default=9092, help="port on 127.0.0.1 (default 9092; 0: any free port)"
+        "--port", type=port, default=9092, help="port on 127.0.0.1 (default 9092; 0: any free port)"
     )
     broker.add_argument("--no-topics", action="store_true", help="do not create the service's topics")
     broker.set_defaults(run=_broker)
     return parser
-
-
-def _add_admin(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument(
-        "--admin",
-        metavar="URL",
-        help="a worker's web URL; the others are found from it "
-        f"(default: {ADMIN_URL_ENV}, else {DEFAULT_ADMIN_URL})",
-    )
-    parser.add_argument("--json", action="store_true", help="print JSON (stable keys) instead of a table")
-
-
-def _add_delivery_timeout(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument(
-        "--delivery-timeout",
-        type=_duration,
-        default=15.0,
-        help="give up if Kafka has not acknowledged the record after this long (default 15s)",
-    )
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -387,10 +234,6 @@ def _setup_logging(verbose: bool) -> None:
 
 def _common() -> CommonConfig:
     return CommonConfig.from_env()
-
-
-def _print_json(obj: dict[str, Any]) -> None:
-    print(json.dumps(obj, ensure_ascii=False), flush=True)
 
 
 def _client(common: CommonConfig, delivery_timeout_s: float) -> TimerClient:
@@ -476,7 +319,7 @@ def _schedule(args: argparse.Namespace) -> int:
             "until_ms": None if args.until is None else round(args.until * 1000),
             "max_count": args.max_count,
         }
-    _print_json(out)
+    print_json(out)
     _warn_if_missing(common, args.topic)
     return 0
 
@@ -525,7 +368,7 @@ def _cancel(args: argparse.Namespace) -> int:
     sent = {"id": args.id, "record_key": args.key or args.id}
     if not args.wait:
         _send_cancel(client, args)
-        _print_json({**sent, "cancel": "sent"})
+        print_json({**sent, "cancel": "sent"})
         return 0
     timeout = CANCEL_WAIT_S if args.timeout is None else args.timeout
     deadline = time.monotonic() + timeout
@@ -534,7 +377,7 @@ def _cancel(args: argparse.Namespace) -> int:
         _send_cancel(client, args)
         event = tail.wait_for(args.id, (TimerEvent.CANCELLED, TimerEvent.CANCEL_MISSED), deadline)
     if event is None:
-        _print_json({**sent, "cancel": "no-answer"})
+        print_json({**sent, "cancel": "no-answer"})
         print(
             f"timers cancel: the cancel of {args.id!r} was sent, but {common.topics.events!r} had no answer "
             f"within {timeout:g}s: is a worker running? (a longer --timeout waits more)",
@@ -546,7 +389,7 @@ def _cancel(args: argparse.Namespace) -> int:
         "cancel": "cancelled" if event.kind == TimerEvent.CANCELLED else "missed",
         **{k: v for k, v in decode.event_json(event).items() if k not in ("id", "source_offset")},
     }
-    _print_json(answer)
+    print_json(answer)
     if event.kind == TimerEvent.CANCELLED:
         return 0
     print(f"timers cancel: {args.id!r} was not pending: unknown id, or it already fired", file=sys.stderr)
@@ -559,136 +402,6 @@ def _send_cancel(client: TimerClient, args: argparse.Namespace) -> None:
     except ValueError as exc:
         raise UsageError(str(exc), "timers cancel") from exc
     _send_and_wait(client, args.delivery_timeout)
-
-
-def _admin(args: argparse.Namespace) -> AdminApi:
-    return AdminApi(admin_url(args.admin, os.environ), token_from(os.environ))
-
-
-def _warn_unreachable(client: AdminApi, prog: str) -> None:
-    for url, why in sorted(client.unreachable.items()):
-        print(f"{prog}: warning: left out {url}, named by another worker: {why}", file=sys.stderr)
-
-
-def _list(args: argparse.Namespace) -> int:
-    common = _common()
-    if args.partition is not None and args.partition >= common.topics.partitions:
-        raise UsageError(
-            f"--partition {args.partition}: the request topic has partitions 0 to "
-            f"{common.topics.partitions - 1} (TIMERS_PARTITIONS)",
-            "timers list",
-        )
-    query: dict[str, object] = {}
-    for name, at in (("from_ms", args.from_at), ("to_ms", args.to_at)):
-        if at is not None:
-            query[name] = round(at * 1000)
-    if args.after is not None:
-        query["after"] = args.after
-    if args.partition is not None:
-        query["partition"] = args.partition
-    client = _admin(args)
-    page = list_timers(client, query, args.limit, common.topics.partitions)
-    if args.json:
-        _print_json(
-            {
-                "timers": page.timers,
-                "next": page.next,
-                "workers": page.workers,
-                "missing_partitions": page.missing,
-            }
-        )
-    else:
-        columns = ["id", "partition", "due_ms", "callback_topic", "callback_key", "payload_bytes"]
-        rows = [[_due(t.get(c)) if c == "due_ms" else t.get(c) for c in columns] for t in page.timers]
-        print(table(["id", "partition", "due", "callback_topic", "callback_key", "payload_bytes"], rows))
-        if page.next is not None:
-            print(f"timers list: more after this page: --after {shlex.quote(page.next)}", file=sys.stderr)
-    _warn_unreachable(client, "timers list")
-    if page.missing:
-        print(
-            f"timers list: warning: no worker answered for partitions {', '.join(map(str, page.missing))}: "
-            "their timers are not listed (a worker starting, or a rebalance under way)",
-            file=sys.stderr,
-        )
-    return 0
-
-
-def _due(due_ms: object) -> object:
-    return decode.iso_ms(due_ms) if isinstance(due_ms, int) and not isinstance(due_ms, bool) else due_ms
-
-
-def _show(args: argparse.Namespace) -> int:
-    client = _admin(args)
-    timer = show_timer(client, args.id, args.payload)
-    _warn_unreachable(client, "timers show")
-    if timer is None:
-        print(
-            f"timers show: {args.id!r} is not pending on any worker: unknown id, fired or cancelled",
-            file=sys.stderr,
-        )
-        return EXIT_NOT_PENDING
-    if args.json:
-        _print_json(timer)
-    else:
-        lines = [
-            (name, _due(value) if name.endswith("due_ms") else value) for name, value in detail_lines(timer)
-        ]
-        print(table(["field", "value"], lines))
-    return 0
-
-
-def _status(args: argparse.Namespace) -> int:
-    common = _common()
-    client = _admin(args)
-    group = os.environ.get("TIMERS_APP_ID") or DEFAULT_APP_ID
-    status = cluster_status(client, common.topics.partitions, request_lag(common, group, kafka_log))
-    _print_json(status) if args.json else print(status_tables(status))
-    _warn_unreachable(client, "timers status")
-    return 0
-
-
-def _resend(args: argparse.Namespace) -> int:
-    common = _common()
-    topic = args.topic or common.topics.dlq
-    letter = resend.read_one(common, topic, args.partition, args.offset, args.delivery_timeout, kafka_log)
-    try:
-        record = resend.plan(letter, args.to)
-    except resend.ResendError as exc:
-        raise UsageError(str(exc), "timers deadletter resend") from exc
-    callback_topic = resend.callback_topic_of(letter)
-    if callback_topic is not None and resend.missing_topics(common, [callback_topic], 10.0, kafka_log):
-        raise UsageError(
-            f"the timer's callback topic {callback_topic!r} still does not exist: create it "
-            f"(timers topics create --callback {callback_topic}), wait {TOPIC_REFRESH_S:g}s for the "
-            "workers to see it, then resend",
-            "timers deadletter resend",
-        )
-    if letter.reason == resend.BATCH_INVALID:
-        print(
-            "timers deadletter resend: warning: the valid timers of this batch were scheduled when it was "
-            "first read: they are scheduled again (any that fired meanwhile fire again)",
-            file=sys.stderr,
-        )
-    where = f"{topic}[{args.partition}]@{args.offset}"
-    out: dict[str, Any] = {
-        "dead_letter": {
-            "topic": topic,
-            "partition": args.partition,
-            "offset": args.offset,
-            "reason": letter.reason,
-        },
-        "to": {"topic": record.topic, "partition": None, "offset": None},
-        "sent": False,
-    }
-    if args.dry_run:
-        sentence = f"would resend {where} ({letter.reason}) to {record.topic}: nothing sent (--dry-run)"
-    else:
-        partition, offset = resend.send(common, record, args.delivery_timeout, kafka_log)
-        out["to"].update(partition=partition, offset=offset)
-        out["sent"] = True
-        sentence = f"resent {where} ({letter.reason}) to {record.topic}[{partition}]@{offset}"
-    _print_json(out) if args.json else print(sentence)
-    return 0
 
 
 def _int_header(headers: KafkaHeaders, name: str) -> int | None:
@@ -829,7 +542,7 @@ def _print_records(
             print(f"timers: warning: {err.str()}", file=sys.stderr)
             continue
         for line in [record_json(msg)] if args.raw else watch_lines(msg, topics):
-            _print_json(line)
+            print_json(line)
         seen += 1
     return 0
 

@@ -285,7 +285,7 @@ def test_watch_into_a_reader_that_stops_early_ends_quietly_with_status_0():
         "import futures.cli as cli\n"
         "def records(args):\n"
         "    for offset in range(100_000):\n"
-        "        cli._print_json({'offset': offset})\n"
+        "        cli.print_json({'offset': offset})\n"
         "    return 0\n"
         "cli._watch = records\n"
         "sys.exit(cli.main(['watch', 'cb-orders']))\n"

@@ -24,7 +24,7 @@ FRAMEWORKS = ("faust", "mode", "aiokafka", "rocksdict", "prometheus_client")
 #: part -> (what to import, module prefixes it must never load)
 PARTS: dict[str, tuple[list[str], tuple[str, ...]]] = {
     "client": (
-        ["futures.client", "futures.client.guard", "futures.cli", "futures.console.answers"],
+        ["futures.client", "futures.client.guard", "futures.cli"],
         WORKER + FRAMEWORKS + ("futures.ingress", "futures.jobs", "pyspark"),
     ),
     "ingress": (["futures.ingress.requests"], WORKER + FRAMEWORKS + ("confluent_kafka", "pyspark")),
