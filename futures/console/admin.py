@@ -14,7 +14,7 @@ import json
 import urllib.error
 import urllib.parse
 import urllib.request
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -129,24 +129,35 @@ class AdminApi:
         raise AdminError(f"{url} refused ({answer.status}): {error}")
 
     def each(
-        self, path: str, query: Mapping[str, object] | None = None, found: tuple[int, ...] = (200,)
+        self,
+        path: str,
+        held: Callable[[Json], set[int]],
+        query: Mapping[str, object] | None = None,
     ) -> Iterator[Answer]:
         """The answer of every worker, starting at :attr:`url` and following ``elsewhere``.
 
         The first worker must answer; one named by another that cannot be reached is left
         out and kept in :attr:`unreachable` (it may be restarting: a rebalance will say).
+        ``held(body)``: the partitions an answer is for. An answer only for partitions
+        already answered for is left out: the first worker again, under the name the others
+        know it by (``--admin`` through a port-forward, say), whose timers would count twice.
         """
         seen = {self.url}
         queue = [self.url]
+        covered: set[int] = set()
         while queue:
             url = queue.pop(0)
             try:
-                answer = self.read(url, path, query, found)
+                answer = self.read(url, path, query)
             except AdminError as exc:
                 if url == self.url:
                     raise
                 self.unreachable[url] = str(exc)
                 continue
+            partitions = held(answer.body)
+            if url != self.url and partitions and partitions <= covered:
+                continue
+            covered |= partitions
             yield answer
             for other in sorted(elsewhere(answer.body)):
                 if other not in seen:

@@ -30,6 +30,10 @@ def _items(body: Json, name: str) -> list[Any]:
     return found if isinstance(found, list) else []
 
 
+def _held(body: Json) -> set[int]:
+    return {p for p in _items(body, "partitions") if type(p) is int}
+
+
 def _timers(answer: Answer) -> list[Json]:
     """The timers of a listing; :class:`AdminError` for one without an id and a due time,
     which a worker of this version never sends."""
@@ -60,7 +64,7 @@ def list_timers(client: AdminApi, query: Mapping[str, object], limit: int, parti
     more = False
     for answer in answers:
         timers += _timers(answer)
-        held.update(p for p in _items(answer.body, "partitions") if type(p) is int)
+        held |= _held(answer.body)
         more = more or answer.body.get("next") is not None
     timers.sort(key=lambda t: (t["due_ms"], t["id"], t.get("partition", 0)))
     page = timers[:limit]
@@ -74,7 +78,7 @@ def list_timers(client: AdminApi, query: Mapping[str, object], limit: int, parti
 
 def _listing_answers(client: AdminApi, query: Mapping[str, object]) -> list[Answer]:
     if "partition" not in query:
-        return list(client.each("/api/timers", query))
+        return list(client.each("/api/timers", _held, query))
     # One partition: the worker asked first names the one holding it, if it does not.
     answer = client.read(client.url, "/api/timers", query, found=(200, 404))
     if answer.status == 404:

@@ -75,7 +75,7 @@ def cluster_status(api: AdminApi, partitions: int, lag: LagSource) -> Json:
     rows: dict[int, Json] = {}
     oscillators: dict[str, Json] = {}
     dead: dict[str, int] = {}
-    for answer in api.each("/api/stats"):
+    for answer in api.each("/api/stats", _held):
         body = answer.body
         held = [
             p for p in _list(body, "partitions") if isinstance(p, dict) and type(p.get("partition")) is int
@@ -110,6 +110,14 @@ def cluster_status(api: AdminApi, partitions: int, lag: LagSource) -> Json:
         "oscillators": sorted(oscillators.values(), key=lambda o: str(o["source"])),
         "dead_letters": dict(sorted(dead.items())),
         "unreachable": dict(sorted(api.unreachable.items())),
+    }
+
+
+def _held(body: Json) -> set[int]:
+    return {
+        p["partition"]
+        for p in _list(body, "partitions")
+        if isinstance(p, dict) and type(p.get("partition")) is int
     }
 
 

@@ -85,6 +85,19 @@ def test_a_listing_merges_every_worker_named_and_pages_by_due_time(workers) -> N
     assert b.seen == ["/api/timers?from_ms=0&limit=3"]
 
 
+def test_the_first_worker_named_again_under_another_name_counts_once(workers) -> None:
+    # --admin reaches a worker through a port-forward; the other worker knows it by its own URL.
+    first_url: list[str] = []
+    b_body = {"timers": [timer("b1", 1, 1)], "partitions": [1], "elsewhere": {}}
+    b = workers(lambda path, headers: (200, {**b_body, "elsewhere": {first_url[0]: [0]}}))
+    a_body = {"timers": [timer("a1", 2, 0)], "partitions": [0], "elsewhere": {b.url: [1]}}
+    a = workers(lambda path, headers: (200, a_body))
+    first_url.append(a.url + "/")  # the same worker, spelt otherwise
+    page = list_timers(AdminApi(a.url.replace("127.0.0.1", "localhost")), {}, limit=10, partitions=2)
+    assert [t["id"] for t in page.timers] == ["b1", "a1"]
+    assert len(page.workers) == 2
+
+
 def test_a_worker_named_but_gone_is_left_out_and_its_partitions_named(workers) -> None:
     body = {"timers": [], "next": None, "partitions": [0, 1], "elsewhere": {"http://127.0.0.1:1": [2, 3]}}
     a = workers(lambda path, headers: (200, body))
