@@ -18,7 +18,7 @@ from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from ktimers.config import NO_DEFAULT, EnvVar
+from ktimers.config import DEFAULT_APP_ID, NO_DEFAULT, EnvVar
 from ktimers.errors import TimersError
 
 Json = dict[str, Any]
@@ -40,6 +40,7 @@ ADMIN_ENV = (
     ),
     EnvVar(TOKEN_ENVS[0], NO_DEFAULT, "a read token of the workers, sent to read timers (list, show)"),
     EnvVar(TOKEN_ENVS[1], NO_DEFAULT, "the workers' admin token, sent instead when no read token is set"),
+    EnvVar("TIMERS_APP_ID", DEFAULT_APP_ID, "the workers' app id: status reads its consumer group's lag"),
 )
 
 

@@ -30,15 +30,25 @@ def add_commands(commands: Any) -> None:
     listing = commands.add_parser(
         "list", help="list pending timers, earliest first, from every worker (their admin API)"
     )
-    listing.add_argument("--from", dest="from_at", type=instant, help=f"due at or after: {INSTANT_HELP}")
-    listing.add_argument("--to", dest="to_at", type=instant, help=f"due before: {INSTANT_HELP}")
     listing.add_argument(
-        "--limit", type=page_size, default=100, help=f"timers per page (1 to {MAX_PAGE}, default 100)"
+        "--from", dest="from_at", metavar="TIME", type=instant, help=f"due at or after: {INSTANT_HELP}"
+    )
+    listing.add_argument(
+        "--to", dest="to_at", metavar="TIME", type=instant, help=f"due before: {INSTANT_HELP}"
+    )
+    listing.add_argument(
+        "--limit",
+        metavar="N",
+        type=page_size,
+        default=100,
+        help=f"timers per page (1 to {MAX_PAGE}, default 100)",
     )
     listing.add_argument(
         "--after", metavar="CURSOR", help="the next page: the cursor the previous one ended with"
     )
-    listing.add_argument("--partition", type=partition, help="only the timers of this request partition")
+    listing.add_argument(
+        "--partition", metavar="P", type=partition, help="only the timers of this request partition"
+    )
     _add_admin(listing)
     listing.set_defaults(run=_list)
 
@@ -68,11 +78,14 @@ def add_commands(commands: Any) -> None:
     )
     resending.add_argument(
         "--partition",
+        metavar="P",
         type=partition,
         required=True,
         help="partition of the dead letter (timers watch shows it)",
     )
-    resending.add_argument("--offset", type=offset, required=True, help="offset of the dead letter")
+    resending.add_argument(
+        "--offset", metavar="O", type=offset, required=True, help="offset of the dead letter"
+    )
     resending.add_argument("--topic", help="the dead-letter topic (default: TIMERS_TOPIC_DLQ)")
     resending.add_argument(
         "--to", metavar="TOPIC", help="send it to this topic instead of its kt-source-topic"
