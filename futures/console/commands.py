@@ -186,7 +186,10 @@ def _status(args: argparse.Namespace) -> int:
     client = _admin(args)
     group = os.environ.get("TIMERS_APP_ID") or DEFAULT_APP_ID
     status = cluster_status(client, common.topics.partitions, request_lag(common, group, kafka_log))
-    print_json(status) if args.json else print(status_tables(status))
+    if args.json:
+        print_json(status)
+    else:
+        print(status_tables(status))
     _warn_unreachable(client, "timers status")
     return 0
 
@@ -231,5 +234,8 @@ def _resend(args: argparse.Namespace) -> int:
         out["to"].update(partition=partition, offset=offset)
         out["sent"] = True
         sentence = f"resent {where} ({letter.reason}) to {record.topic}[{partition}]@{offset}"
-    print_json(out) if args.json else print(sentence)
+    if args.json:
+        print_json(out)
+    else:
+        print(sentence)
     return 0
