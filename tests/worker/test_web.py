@@ -330,3 +330,39 @@ def test_without_a_metrics_port_there_is_no_second_server(monkeypatch: pytest.Mo
     store = cast(Any, HeldTables({}))
     register_views(app, WorkerMetrics(), store, config, WorkerStatus(), cast(Any, None), brokers)
     assert started == []
+
+
+#: Every answer of the admin API, refusals included: timers, payloads, and what a token guards.
+API_ANSWERS = (
+    *((path, READER, 200) for path in TIMER_READS),
+    *((path, None, 401) for path in TIMER_READS),
+    ("/api/timers/no-such-timer", READER, 404),
+    ("/api/timers/t1?payload=yes-please", READER, 400),
+    *((path, None, 200) for path in OPEN_ROUTES if path.startswith("/api/")),
+)
+
+
+@pytest.mark.parametrize(("path", "token", "status"), API_ANSWERS)
+def test_no_cache_keeps_an_answer_of_the_admin_api(
+    apps: dict[str, Served], path: str, token: str | None, status: int
+) -> None:
+    """A browser or a proxy between the operator and the worker must not keep a payload, or
+    what only a token may read, where the next user of the machine finds it."""
+    reply = apps["both tokens"].call("GET", path, token)
+    assert reply.status == status, reply.text
+    assert reply.headers["Cache-Control"] == "no-store"
+
+
+@pytest.mark.parametrize(
+    ("action", "token", "status"),
+    [
+        *(("cancel", token, status) for token, status in ((None, 401), (READER, 403), (ADMIN, 404))),
+        *(("reschedule", token, status) for token, status in ((None, 401), (READER, 403), (ADMIN, 400))),
+    ],
+)
+def test_no_cache_keeps_an_answer_to_a_mutation(
+    apps: dict[str, Served], action: str, token: str | None, status: int
+) -> None:
+    reply = apps["both tokens"].call("POST", f"/api/timers/no-such-timer/{action}", token)
+    assert reply.status == status, reply.text
+    assert reply.headers["Cache-Control"] == "no-store"

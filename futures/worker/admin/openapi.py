@@ -32,8 +32,22 @@ def _query(name: str, description: str, schema: Json) -> Json:
     return {"name": name, "in": "query", "required": False, "description": description, "schema": schema}
 
 
+#: Sent with every answer of the API (views.API_HEADERS): no cache keeps one.
+_NO_STORE = {
+    "Cache-Control": {
+        "description": "Every answer: no browser or proxy keeps timers, payloads or what a token guards",
+        "required": True,
+        "schema": {"type": "string", "enum": ["no-store"]},
+    }
+}
+
+
 def _json(description: str, schema: Json) -> Json:
-    return {"description": description, "content": {"application/json": {"schema": schema}}}
+    return {
+        "description": description,
+        "headers": _NO_STORE,
+        "content": {"application/json": {"schema": schema}},
+    }
 
 
 _ERROR = _json("Refused; `error` says what to fix", _ref("Error"))

@@ -49,6 +49,9 @@ PAGE_HEADERS = {
     "X-Frame-Options": "DENY",
     "Cache-Control": "no-cache",
 }
+#: Every answer of the API, refusals included: it may hold timers, a payload, or what a token
+#: guards, none of which a browser or a proxy may keep for the next user of the machine.
+API_HEADERS = {"Cache-Control": "no-store"}
 _STATIC = {"app.js": "application/javascript", "style.css": "text/css", "favicon.svg": "image/svg+xml"}
 
 Result = tuple[int, Any]
@@ -255,12 +258,15 @@ async def _answer(web: Any, handle: Callable[[], Awaitable[Result]]) -> Any:
     try:
         status, body = await handle()
     except ApiError as exc:
-        headers = {"WWW-Authenticate": 'Bearer realm="kafka-timers admin"'} if exc.status == 401 else None
+        headers = dict(API_HEADERS)
+        if exc.status == 401:
+            headers["WWW-Authenticate"] = 'Bearer realm="kafka-timers admin"'
         return web.json({"error": exc.message, **exc.extra}, status=exc.status, headers=headers)
     except TimersError as exc:
         log.warning("admin request failed: %s", exc)
-        return web.json({"error": f"Kafka did not take the request: {exc}"}, status=503)
-    return web.json(body, status=status)
+        body = {"error": f"Kafka did not take the request: {exc}"}
+        return web.json(body, status=503, headers=dict(API_HEADERS))
+    return web.json(body, status=status, headers=dict(API_HEADERS))
 
 
 def _query(request: Any) -> dict[str, str]:

@@ -55,6 +55,22 @@ def test_the_latest_due_time_the_wire_takes_is_rescheduled_and_applied(live: Liv
     assert live.rig.dlq() == []
 
 
+@pytest.mark.parametrize(
+    ("method", "path", "body"),
+    [
+        ("GET", "/api/timers/plain?payload=1", None),
+        ("POST", "/api/timers/plain/cancel", None),
+        ("POST", "/api/timers/plain/reschedule", {"delay_s": 60}),
+    ],
+)
+def test_no_cache_keeps_a_payload_or_an_accepted_change(
+    live: LiveApi, method: str, path: str, body: object
+) -> None:
+    reply = live.call(method, path, body)
+    assert reply.status in (200, 202), reply.body
+    assert reply.headers["Cache-Control"] == "no-store"
+
+
 def test_rescheduling_a_series_moves_its_pending_occurrence_and_keeps_the_series(live: LiveApi) -> None:
     before = live.call("GET", "/api/timers/series").body["series"]
     new_due = SERIES_DUE_MS + 30_000
