@@ -293,3 +293,32 @@ def test_tmp_is_bounded_and_larger_for_spark(render: RenderFn) -> None:
     assert spark == {"timers-kafka-timers-compact", "timers-kafka-timers-replay"}
     assert {limits[name] for name in spark} == {COMPACTION["jobs"]["tmpSizeLimit"]}
     assert {limit for name, limit in limits.items() if name not in spark} == {"300Mi"}
+
+
+#: The long-running workloads, whose containers read their Secrets once, at start.
+SERVICES = (("Deployment", "-oscillator"), ("StatefulSet", "-worker"))
+
+
+def test_bumping_a_pod_annotation_rolls_the_oscillators_and_the_workers(render: RenderFn) -> None:
+    """The remedy the chart README gives for a rotated Secret of the operator's own: the chart
+    cannot read it, so no checksum changes; a pod annotation the operator bumps does."""
+
+    def annotations(stamp: str) -> dict[str, dict[str, str]]:
+        rendered = render({"podAnnotations": {"kafka-timers/secrets-rotated": stamp}})
+        return {s: rendered.one(k, s)["spec"]["template"]["metadata"]["annotations"] for k, s in SERVICES}
+
+    before, after = annotations("2026-01-01"), annotations("2026-02-01")
+    for _, suffix in SERVICES:
+        assert before[suffix]["kafka-timers/secrets-rotated"] == "2026-01-01"
+        assert after[suffix]["kafka-timers/secrets-rotated"] == "2026-02-01"
+
+
+def test_workload_annotations_are_on_the_workloads_not_on_their_pods(render: RenderFn) -> None:
+    """Stakater Reloader reads its annotations on the Deployment or StatefulSet itself."""
+    reloader = {"reloader.stakater.com/auto": "true"}
+    rendered = render({"workloadAnnotations": reloader})
+    for kind, suffix in SERVICES:
+        workload = rendered.one(kind, suffix)
+        assert workload["metadata"]["annotations"] == reloader
+        assert "reloader.stakater.com/auto" not in workload["spec"]["template"]["metadata"]["annotations"]
+    assert all("annotations" not in render({}).one(k, s)["metadata"] for k, s in SERVICES)
