@@ -10,7 +10,7 @@ import helm_python
 import pytest
 
 from futures.jobs.compact import default_out
-from tests.helm.conftest import COMPACTION, INLINE_SASL, PRODUCTION, RenderFn, containers, pod_spec
+from tests.helm.conftest import CHART_DIR, COMPACTION, INLINE_SASL, PRODUCTION, RenderFn, containers, pod_spec
 from tests.helm.test_contract import container_env
 
 
@@ -322,3 +322,51 @@ def test_workload_annotations_are_on_the_workloads_not_on_their_pods(render: Ren
         assert workload["metadata"]["annotations"] == reloader
         assert "reloader.stakater.com/auto" not in workload["spec"]["template"]["metadata"]["annotations"]
     assert all("annotations" not in render({}).one(k, s)["metadata"] for k, s in SERVICES)
+
+
+def _upgrade_note(title: str) -> str:
+    """The bullet of the chart README's upgrade notes whose bold title starts with ``title``."""
+    text = (CHART_DIR / "README.md").read_text()
+    section = text.split("\n## Upgrading\n", 1)[1].split("\n## ", 1)[0]
+    (note,) = [b for b in section.split("\n- ") if b.startswith(f"**{title}")]
+    return " ".join(note.split())
+
+
+#: A change of each value that feeds a field of the workers' StatefulSet Kubernetes never updates.
+IMMUTABLE_CHANGES = {
+    "worker.persistence.size": {"worker": {"persistence": {"size": "20Gi"}}},
+    "worker.persistence.storageClassName": {"worker": {"persistence": {"storageClassName": "fast"}}},
+    "worker.persistence.accessModes": {"worker": {"persistence": {"accessModes": ["ReadWriteOncePod"]}}},
+    "worker.persistence.annotations": {"worker": {"persistence": {"annotations": {"backup": "no"}}}},
+    "worker.podManagementPolicy": {"worker": {"podManagementPolicy": "OrderedReady"}},
+}
+IMMUTABLE_FIELDS = ("volumeClaimTemplates", "serviceName", "selector", "podManagementPolicy")
+
+
+def _immutable(rendered: Any) -> tuple[str, dict[str, Any]]:
+    workers = rendered.one("StatefulSet", "-worker")
+    return workers["metadata"]["name"], {f: workers["spec"][f] for f in IMMUTABLE_FIELDS}
+
+
+@pytest.mark.parametrize("value", sorted(IMMUTABLE_CHANGES))
+def test_the_upgrade_notes_name_each_value_an_upgrade_cannot_change_in_place(
+    render: RenderFn, value: str
+) -> None:
+    name, fields = _immutable(render({}))
+    changed_name, changed = _immutable(render(IMMUTABLE_CHANGES[value]))
+    assert changed_name == name and changed != fields
+    note = _upgrade_note("Some StatefulSet fields cannot change")
+    assert f"`{value}`" in note or f"`.{value.rsplit('.', 1)[1]}`" in note
+    assert "--cascade=orphan" in note
+    assert all(f"`{field}`" in note for field in changed if changed[field] != fields[field])
+
+
+@pytest.mark.parametrize("value", ["nameOverride", "fullnameOverride"])
+def test_the_upgrade_notes_say_a_new_name_replaces_the_workloads(render: RenderFn, value: str) -> None:
+    """Their StatefulSet gets a new name, so new volumes: not the in-place change the orphan
+    remedy is for."""
+    name, _ = _immutable(render({}))
+    renamed, _ = _immutable(render({value: "ktimers"}))
+    assert renamed != name
+    note = _upgrade_note("Keep `nameOverride` and `fullnameOverride`")
+    assert "empty volumes" in note and "`serviceName`" in note and "`selector`" in note
