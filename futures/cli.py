@@ -448,6 +448,7 @@ def watch_lines(msg: Any, topics: TopicsConfig) -> list[dict[str, Any]]:
     if headers is None:
         return [record_json(msg)]
     where = {"partition": msg.partition(), "offset": msg.offset()}
+    shown = {k: text_or_repr(v) for k, v in headers}  # as record_json has them
     kind = decode.kind_of(msg.topic(), topics, headers)
     try:
         if kind is decode.RecordKind.EVENTS:
@@ -457,11 +458,16 @@ def watch_lines(msg: Any, topics: TopicsConfig) -> list[dict[str, Any]]:
             return [{**where, **decode.event_json(e)} for e in events]
         if kind is decode.RecordKind.DEAD_LETTER:
             return [
-                {**where, "key": text_or_repr(msg.key()), **decode.dead_letter_json(msg.value(), headers)}
+                {
+                    **where,
+                    "key": text_or_repr(msg.key()),
+                    "headers": shown,
+                    **decode.dead_letter_json(msg.value(), headers),
+                }
             ]
         if kind is decode.RecordKind.REQUEST:
             request = decode.request_json(msg.value(), headers)
-            return [{**where, "key": text_or_repr(msg.key()), "request": request}]
+            return [{**where, "key": text_or_repr(msg.key()), "headers": shown, "request": request}]
     except ValueError as exc:
         return [{**record_json(msg), "decode_error": str(exc)}]
     return [record_json(msg)]
