@@ -1,4 +1,4 @@
-"""Reading back request records the stream skipped.
+"""Reading back request records the stream skipped (and changelog ranges, :mod:`futures.worker.restate`).
 
 Faust acks — without delivering — records its stream fetched while flow
 control was off or under an older consumer generation (a rebalance in
@@ -124,11 +124,11 @@ class KafkaGapReader:
         _, high = self._consumer.get_watermark_offsets(TopicPartition(topic, partition), cached=True)
         last_error = f"; last error: {errors[-1]}" if errors else ""
         raise GapReadError(
-            f"{topic}[{partition}]: the worker never received offsets {start}..{end - 1} and could not read "
-            f"them back ({len(found)} record(s) read, stopped at offset {resume}; broker high watermark "
-            f"{high}) in {self._attempts} attempt(s) of {self._timeout_s:.1f}s{last_error}. The worker stops "
-            "so that it does not move past requests it never applied: check the broker, then restart it "
-            "(it reads the range again)."
+            f"{topic}[{partition}]: offsets {start}..{end - 1} could not be read back ({len(found)} "
+            f"record(s) read, stopped at offset {resume}; broker high watermark {high}) in "
+            f"{self._attempts} attempt(s) of {self._timeout_s:.1f}s{last_error}. The worker stops so that "
+            "it does not move past records it never read (requests it never applied, or changelog records "
+            "to restate): check the broker, then restart it (it reads the range again)."
         )
 
     def _read_once(
