@@ -6,6 +6,9 @@ from __future__ import annotations
 import asyncio
 from pathlib import Path
 
+from hypothesis import given
+from hypothesis import strategies as st
+
 from futures.ingress.records import SourceRecord
 from futures.worker.fencing import OWNER_HEADER, OwnerFence, owner_record
 from futures.worker.fired_keys import pack_keys, unpack_keys
@@ -133,3 +136,21 @@ def test_a_recovery_that_skips_a_fenced_record_restates_its_key(tmp_path: Path) 
     ]
     _restore(store, records)
     assert store.partition(0).restate == {key}
+
+
+_headers = st.lists(
+    st.tuples(st.sampled_from([OWNER_HEADER, "kt-id", "x"]), st.one_of(st.none(), st.binary(max_size=12))),
+    max_size=3,
+)
+
+
+@given(
+    st.lists(st.tuples(st.one_of(st.none(), st.binary(max_size=20)), _headers), max_size=20),
+    st.integers(min_value=0, max_value=2**63),
+)
+def test_any_record_read_back_is_restated_or_left_alone_never_an_error(
+    records: list[tuple[bytes | None, list[tuple[str, bytes | None]]]], epoch: int
+) -> None:
+    log = _Log([SourceRecord("c", 0, n, key, b"v", tuple(h)) for n, (key, h) in enumerate(records)])
+    keys = asyncio.run(fenced_keys(log, "c", 0, 0, len(records), epoch))
+    assert set(keys) <= {key for key, _ in records if key is not None}
