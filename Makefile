@@ -32,11 +32,13 @@ install: $(STAMP) ## same as venv
 # against constraints.txt; so can a developer). Then every pinned dependency, each file checked
 # against its hashes; then the project itself, which has no file to hash: editable, without its
 # dependencies (all there), and built by the hashed setuptools and Cython, not an isolated download.
-$(STAMP): pyproject.toml constraints.txt requirements-pip.txt setup.py $(wildcard futures/worker/*.pyx futures/client/*.pyx ktimers/*.pxd)
+$(STAMP): pyproject.toml constraints.txt requirements-pip.txt setup.py $(wildcard futures/worker/*.pyx ktimers/*.pxd)
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --require-hashes --no-deps -r requirements-pip.txt
 	$(BIN)/python -m pip install --quiet --require-hashes -r constraints.txt
 	$(BIN)/python -m pip install --quiet --no-deps --no-build-isolation -e .
+	@# The client is pure Python: a module an older checkout compiled there would shadow its source.
+	rm -f futures/client/*.so futures/client/*.c
 	@touch $@
 
 # uv resolves for Python 3.11 on Linux, whoever runs it, and keeps every version already pinned unless
@@ -145,4 +147,4 @@ clean: ## remove run/ (logs, worker data), data dirs and caches; keeps .venv
 	find . -path ./$(VENV) -prune -o -name __pycache__ -type d -exec rm -rf {} +
 
 distclean: clean ## clean, and remove .venv, the egg-info and the compiled modules
-	rm -rf $(VENV) *.egg-info futures/worker/*.c futures/worker/*.so futures/client/*.c futures/client/*.so
+	rm -rf $(VENV) *.egg-info futures/worker/*.c futures/worker/*.so

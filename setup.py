@@ -1,4 +1,4 @@
-"""The worker's and the client's compiled modules, built with the package (the rest is pyproject.toml).
+"""The worker's compiled modules, built with the package (the rest is pyproject.toml).
 
 Each does what the worker or the client does once per timer (docs/PERFORMANCE.md):
 ``futures.worker.prepare`` reads a stored timer into its callback,
@@ -9,10 +9,9 @@ Each does what the worker or the client does once per timer (docs/PERFORMANCE.md
 ``futures.worker.table_write`` turns changelog records into a table's write batch,
 ``futures.worker.built_ahead`` holds the callbacks built ahead of their tick,
 ``futures.worker.callback_queue`` queues callback records into librdkafka,
-``futures.worker.fired_columns`` turns a piece of fired timers into what is recorded of it,
-and ``futures.client.request_wire`` lays out a timer's request and draws its id.
-Installing from source therefore needs a C compiler and Python's headers, as faust-streaming
-and aiokafka do where no wheel fits.
+and ``futures.worker.fired_columns`` turns a piece of fired timers into what is recorded of it.
+Building the package therefore needs a C compiler and Python's headers; the client is pure
+Python, but it ships in the same wheel, which is built for one Python version and platform.
 """
 
 from Cython.Build import cythonize
@@ -33,8 +32,7 @@ setup(
                 "table_read",
                 "built_ahead",
             )
-        ]
-        + [Extension("futures.client.request_wire", ["futures/client/request_wire.pyx"])],
+        ],
         compiler_directives={"language_level": "3"},
     ),
 )

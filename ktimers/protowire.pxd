@@ -1,6 +1,6 @@
 # The protobuf wire format (https://protobuf.dev/programming-guides/encoding/) in C, for the
-# compiled modules: read by the worker's prepare.pyx (stored timers) and future_columns.pyx
-# (requests), written by the latter and the client's request_wire.pyx (requests).
+# worker's compiled modules: read by prepare.pyx (stored timers) and future_columns.pyx
+# (requests), written by the latter.
 # Inline functions over a buffer and a position; each reader returns -1 where protobuf would
 # refuse the bytes, and leaves it to its caller to say so. What protobuf refuses is what its
 # Python parser (upb) refuses: a varint of more than ten bytes; a tag or a length of more

@@ -17,7 +17,7 @@ from typing import TypedDict, Unpack
 
 from futures.client.partitioner import PartitionFn
 from futures.client.recurring import RecurrenceOptions, is_recurring, recurrence_for
-from futures.client.request_wire import batch_values, encode_future, random_id
+from futures.client.request_wire import batch_values, random_id
 from ktimers.config import CommonConfig
 from ktimers.producer import RecordHeaders
 from ktimers.wire import (
@@ -47,6 +47,8 @@ When = datetime | timedelta | float
 RESERVED_HEADER_PREFIX = "kt-"
 
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+#: ``Future.due_ms`` is an int64.
+_INT64_MIN, _INT64_MAX = -(2**63), 2**63 - 1
 _MS = timedelta(milliseconds=1)
 
 
@@ -147,12 +149,19 @@ def due_ms_for(*, at: datetime | float | None, delay: float | timedelta | None, 
                     "at= is a naive datetime: give an aware one, e.g. datetime.now(timezone.utc)"
                 )
             return (at - _EPOCH) // _MS
-        return round(_finite_seconds("at", at) * 1000)
+        return _due_ms(_finite_seconds("at", at) * 1000)
     assert delay is not None  # noqa: S101 - narrowed by the exactly-one check above
     seconds = delay.total_seconds() if isinstance(delay, timedelta) else _finite_seconds("delay", delay)
     if seconds < 0:
         raise ValueError(f"delay={delay!r} is negative: a delay must be >= 0 seconds")
-    return round((now + seconds) * 1000)
+    return _due_ms((now + seconds) * 1000)
+
+
+def _due_ms(ms: float) -> int:
+    """``ms`` rounded, where the wire holds it (an int64), or a ValueError."""
+    if not _INT64_MIN <= ms <= _INT64_MAX:
+        raise ValueError(f"the due time ({ms} ms from the epoch) is outside a 64-bit count of ms")
+    return round(ms)
 
 
 # Types isinstance() takes as tuples: ``int | float`` would build a union at every call.
@@ -176,16 +185,16 @@ def _utf8(name: str, value: str | bytes) -> bytes:
     raise ValueError(f"{name} must be str or bytes, not {type(value).__name__}")
 
 
-def _text_bytes(name: str, value: str | bytes) -> bytes:
-    """``value`` as the UTF-8 bytes of a string field: text encoded, bytes checked to be UTF-8."""
+def _text(name: str, value: str | bytes) -> str:
+    """``value`` as a string field's text: text as it is (protobuf refuses what UTF-8 cannot
+    encode), bytes decoded as UTF-8."""
     if isinstance(value, str):
-        return value.encode()
+        return value
     data = _utf8(name, value)
     try:
-        data.decode()
+        return data.decode()
     except UnicodeDecodeError as exc:
         raise ValueError(f"{name} must be UTF-8 text (the wire field is a string)") from exc
-    return data
 
 
 def _user_headers(headers: HeadersArg | None) -> list[Header]:
@@ -264,7 +273,7 @@ def _future(
     recurrence = None
     if is_recurring(cron, every) or tz is not None or until is not None or max_count is not None:
         start = None if at is None and delay is None else due_ms_for(at=at, delay=delay, now=now)
-        recurrence, due_ms = recurrence_for(
+        recurrence, first = recurrence_for(
             cron=cron,
             tz=tz,
             every=every,
@@ -274,19 +283,22 @@ def _future(
             now_ms=round(now * 1000),
             to_ms=lambda when: due_ms_for(at=when, delay=None, now=now),
         )
+        due_ms = _due_ms(first)
     else:
         due_ms = due_ms_for(at=at, delay=delay, now=now)
     timer_id = id or random_id()
     record_key = timer_id.encode()
-    # Headers and a recurrence, which few timers carry, are serialized by protobuf.
-    rest = b""
-    if headers is not None or recurrence is not None:
-        extra = Future(headers=_user_headers(headers), recurrence=recurrence)
-        rest = extra.SerializeToString()
-    value = encode_future(
-        topic.encode(), _text_bytes("key", key), _utf8("payload", payload), record_key, due_ms,
-        token.encode() if token else b"", rest,
+    # Headers and a recurrence, which few timers carry, are added apart (headers checked first).
+    user_headers = None if headers is None else _user_headers(headers)
+    future = Future(
+        callBackTopic=topic, callBackKey=_text("key", key), callBack=_utf8("payload", payload),
+        id=timer_id, due_ms=due_ms, token=token,
     )  # fmt: skip
+    if user_headers:
+        future.headers.extend(user_headers)
+    if recurrence is not None:
+        future.recurrence.CopyFrom(recurrence)
+    value = future.SerializeToString()
     # Positional: a frozen dataclass takes keywords at twice the cost.
     handle = TimerHandle(timer_id, record_key, due_ms, topic, token)
     return value, handle

@@ -11,7 +11,6 @@ from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 import futures.worker.prepare as prepare_module
-from futures.client import request_wire
 from futures.worker import (
     built_ahead,
     callback_queue,
@@ -243,7 +242,6 @@ def test_a_value_that_is_not_bytes_is_refused() -> None:
         callback_queue,
         fired_columns,
         built_ahead,
-        request_wire,
     ],
 )
 def test_the_compiled_modules_are_built_from_their_sources(module: ModuleType) -> None:
