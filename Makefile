@@ -13,7 +13,7 @@ SHELL := bash
 .DEFAULT_GOAL := help
 .DELETE_ON_ERROR:
 
-.PHONY: help venv install constraints proto lint test run broker topics clean distclean redis valgrind bench bench-full bench-capacity bench-engine failover bench-jobs
+.PHONY: help venv install dist constraints proto lint test run broker topics clean distclean redis valgrind bench bench-full bench-capacity bench-engine failover bench-jobs
 .PHONY: simulate
 .PHONY: java compact replay report
 .PHONY: helm-lint promtool
@@ -40,6 +40,13 @@ $(STAMP): pyproject.toml constraints.txt requirements-pip.txt setup.py $(wildcar
 	@# The client is pure Python: a module an older checkout compiled there would shadow its source.
 	rm -f futures/client/*.so futures/client/*.c
 	@touch $@
+
+# The sdist and a wheel for this Python and platform, built by the setuptools and Cython make venv installed
+# by hash (tools/dist.py: no isolated build downloading them again); the compiled modules in build/ are
+# reused while their sources are unchanged. tests/test_wheel.py installs the wheel where no compiler is.
+dist: $(STAMP) ## build the sdist and the wheel into dist/ (pip install dist/kafka_timers-*.whl)
+	rm -rf dist
+	$(BIN)/python -m tools.dist dist
 
 # uv resolves for Python 3.11 on Linux, whoever runs it, and keeps every version already pinned unless
 # pyproject.toml rules it out (ARGS='--upgrade-package NAME' moves one); it records the hashes of all
@@ -143,7 +150,7 @@ topics: $(STAMP) ## create the service's topics on KAFKA_BOOTSTRAP_SERVERS (then
 	$(BIN)/timers topics create
 
 clean: ## remove run/ (logs, worker data), data dirs and caches; keeps .venv
-	rm -rf run data timers-data .pytest_cache .mypy_cache .ruff_cache build
+	rm -rf run data timers-data .pytest_cache .mypy_cache .ruff_cache build dist
 	find . -path ./$(VENV) -prune -o -name __pycache__ -type d -exec rm -rf {} +
 
 distclean: clean ## clean, and remove .venv, the egg-info and the compiled modules
