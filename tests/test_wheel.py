@@ -11,8 +11,10 @@ and pyproject.toml are unchanged; the wheel is installed afresh on every run. Th
 
 from __future__ import annotations
 
+import fnmatch
 import hashlib
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -26,6 +28,7 @@ import pytest
 
 from ktimers.config import CommonConfig
 from ktimers.wire import Future
+from tests.docs.blocks import blocks
 from tests.integration.test_client_integration import consume
 
 pytestmark = pytest.mark.integration
@@ -119,6 +122,30 @@ def test_the_sdist_holds_what_the_wheel_is_built_from(dist: tuple[Path, Path]) -
     tracked = _run(["git", "ls-files", "futures", "ktimers", "oscillator"], cwd=REPO).stdout.split()
     built_from = {"pyproject.toml", "setup.py", "README.md", "LICENSE", *tracked}
     assert not built_from - names, sorted(built_from - names)
+
+
+def test_the_readme_installs_the_wheel_make_dist_builds(dist: tuple[Path, Path]) -> None:
+    """kafka-timers is on no package index: the README's install commands take the wheel from dist/,
+    and name the project only once it is installed from there (to add its dependencies)."""
+    _, wheel = dist
+    readme = REPO / "README.md"
+    text = readme.read_text()
+    section = text[text.index("## Install\n") : text.index("\n## ", text.index("## Install\n") + 1)]
+    commands = [
+        line.split("#")[0].strip()
+        for block in blocks(section, readme)
+        if block.language == "bash"
+        for line in block.code.splitlines()
+    ]
+    assert "make dist" in commands
+    installs = [command for command in commands if command.startswith("pip install")]
+    wheels = [re.search(r"dist/kafka_timers-\S*?\.whl", command) for command in installs]
+    assert any(wheels)
+    for command, found in zip(installs, wheels, strict=True):
+        if found:
+            assert fnmatch.fnmatch(f"dist/{wheel.name}", found.group(0)), command
+        elif re.search(r"\bkafka-timers\b", command):
+            assert any(wheels[: installs.index(command)]), f"{command}: before the wheel is installed"
 
 
 def test_nothing_in_the_venv_could_compile_or_import_the_checkout(python: Path, tmp_path: Path) -> None:
