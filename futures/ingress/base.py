@@ -56,7 +56,7 @@ PARSE_REASONS = frozenset(
 
 
 def shown(data: bytes | str | None, limit: int = 64) -> str:
-    """The repr of ``data`` for a detail, of its first ``limit`` items only: cheap on a 1 MB key."""
+    """The repr of ``data`` for a detail, of its first ``limit`` items only: cheap on a key of megabytes."""
     if data is None or len(data) <= limit:
         return repr(data)
     return f"{data[:limit]!r}… ({len(data)} {'bytes' if isinstance(data, bytes) else 'characters'})"

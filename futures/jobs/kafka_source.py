@@ -86,8 +86,8 @@ ARROW_SCHEMA = pa.schema(
     ]
 )
 
-#: Producer settings of the writer: durable (idempotent, acks=all) and batched
-#: (~500 k msg/s on the embedded broker with linger 5-20 ms and 1 MB batches).
+#: Producer settings of the writer: durable (idempotent, acks=all) and batched, a linger and
+#: large batches for throughput (docs/PERFORMANCE.md#the-spark-jobs).
 PRODUCER_DEFAULTS: dict[str, Any] = {
     "enable.idempotence": True,
     "acks": "all",

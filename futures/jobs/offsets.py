@@ -6,7 +6,8 @@ exactly what it covers.
 
 The end of a partition is taken from a fetch response, not from ListOffsets: the
 embedded Tansu broker answers ListOffsets with "first offset of the last batch
-+ 1", which made a job read 993-997 k of 1 M records. On a real cluster both
++ 1", which made a job miss a partition's last records (docs/PERFORMANCE.md#the-spark-jobs).
+On a real cluster both
 agree, so the fetch costs one small request per partition and changes nothing.
 """
 
@@ -36,7 +37,8 @@ CONSUMER_DEFAULTS: dict[str, Any] = {
     "enable.auto.offset.store": False,
     "enable.partition.eof": True,
     "fetch.wait.max.ms": 100,
-    # The default of 1000 ms capped a consumer near 212 k msg/s on the embedded broker.
+    # The default of 1000 ms throttled a consumer on the embedded broker
+    # (docs/PERFORMANCE.md#the-spark-jobs).
     "fetch.queue.backoff.ms": 10,
     # Records planned but deleted before a task reads them (retention) must fail the
     # read: librdkafka's default jumps to the end and the rest of the range looks empty,

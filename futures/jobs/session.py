@@ -35,12 +35,13 @@ def resolve_master(requested: str | None) -> str | None:
     return None if under_spark_submit() else DEFAULT_MASTER
 
 
-#: Shuffled data a task takes in local mode (compressed; ~300 k request rows, ~100 MB to sort).
+#: Shuffled data a task takes in local mode (compressed): as many request rows as one sort holds
+#: in memory (docs/PERFORMANCE.md#the-spark-jobs).
 LOCAL_TASK_SHUFFLE_BYTES = "16m"
 
 # Spark's adaptive execution merges shuffle partitions into as few tasks as keep every core busy
 # (parallelismFirst). In local mode, where all tasks share one JVM's memory (1 GiB by default),
-# that made a 1 M-record compaction sort ~400 k rows a task and spill to disk; tasks of a fixed
+# that made a compaction's tasks few and large, and their sorts spill to disk; tasks of a fixed
 # size keep each sort in memory however large the log, and their number grows with it.
 _LOCAL_TASK_SIZE = {
     "spark.sql.adaptive.coalescePartitions.parallelismFirst": "false",
@@ -49,7 +50,7 @@ _LOCAL_TASK_SIZE = {
 
 
 # A batch job wants throughput from its collector: G1's write barriers and concurrent refinement
-# cost ~10 % of a compaction's CPU on two cores (measured at 3 M records: 44 against 49 s), and its
+# cost a compaction CPU (docs/PERFORMANCE.md#the-spark-jobs), and its
 # short pauses buy nothing here. Only for local masters, whose one JVM this process starts; a
 # cluster's executors are configured by whoever runs it (spark.executor.extraJavaOptions).
 _LOCAL_JVM = {"spark.driver.extraJavaOptions": "-XX:+UseParallelGC"}

@@ -143,7 +143,7 @@ def write_timers(pending: DataFrame, path: str, overwrite: bool = False) -> None
             # Parquet tries a dictionary for every column until it outgrows a page; for a column
             # whose values (nearly) never repeat that is a hash lookup a value, for nothing.
             writer = writer.option(f"parquet.enable.dictionary#{column}", "false")
-        # Min/max statistics of the serialized Futures compare ~140 bytes a timer and serve no
+        # Min/max statistics of the serialized Futures compare a whole Future a timer and serve no
         # filter: nobody selects timers by the bytes of their Future.
         writer = writer.option("parquet.column.statistics.enabled#future", "false")
         writer.parquet(f"{path}/{TIMERS_DIR}")

@@ -25,8 +25,8 @@ class Callback(NamedTuple):
 
     Only strings, bytes, numbers and tuples of them, and one object per callback: thousands
     wait in memory for their second, and objects holding other objects (a list of header
-    tuples) would make every young collection of Python's garbage collector scan them, tens
-    of milliseconds each time (measured in precise mode at 10 k timers/s).
+    tuples) would make every young collection of Python's garbage collector scan them
+    (docs/PERFORMANCE.md#firing-a-timer, *memory, GC*).
     """
 
     key: bytes  # the timer's table key

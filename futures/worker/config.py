@@ -133,14 +133,15 @@ class WorkerConfig:
     #: Reject timers due further ahead than this (seconds); 0 = no limit.
     max_due_ahead_s: float = 0.0
     #: Request records per engine step: a fetched batch is ingested in pieces of at
-    #: most this many (and ~1 MB of values), each made durable before the next.
+    #: most this many (and ``transport.CHUNK_BYTES`` of values), each made durable before the next.
     ingest_batch_size: int = 2000
     #: Timers dispatched per produce/flush round when a second is due.
     fire_chunk_size: int = 60_000
     #: What the worker holds for firing, all partitions together (bytes): callbacks built ahead,
     #: pieces in flight and precise windows (futures/worker/context.py, FireBudget). A callback
-    #: held costs ~0.8 KB besides its payload: 128 MiB holds a second of 100,000 timers with
-    #: 100-byte payloads ahead of its tick (second mode) or in its window (precise mode).
+    #: held costs ``CALLBACK_OVERHEAD_BYTES`` besides its payload: 128 MiB holds a second of
+    #: 100,000 timers with 100-byte payloads ahead of its tick (second mode) or in its window
+    #: (precise mode; docs/PERFORMANCE.md#lateness).
     fire_budget_bytes: int = 128 * 1024 * 1024
     #: Precise mode: on tick s, also take the timers due by s + 1 and send each
     #: at its own millisecond (by this worker's clock), instead of all at the next tick.

@@ -23,8 +23,8 @@ from futures.worker.progress import InFlight
 from futures.worker.table import PartitionTimers
 
 #: What a callback in memory costs beyond its payload (bytes): the tuple, its table key, id and
-#: header values, and its place in a precise window's heap, maps and sets (measured with
-#: tracemalloc: 795 bytes a timer in a window of 20,000).
+#: header values, and its place in a precise window's heap, maps and sets: tracemalloc's
+#: figure, rounded up (docs/PERFORMANCE.md#lateness, *A hot second in precise mode*).
 CALLBACK_OVERHEAD_BYTES = 800
 
 

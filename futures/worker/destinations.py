@@ -19,8 +19,9 @@ on a broker that creates topics on first use (Kafka's default
 worker create any topic its allow-list admits. So the lookup lists every topic of
 the cluster, which creates none, and one listing answers every topic asked about
 since the previous one and refreshes every topic remembered. Listings run one at a
-time, spaced to take at most :data:`LISTING_SHARE` of the time (a cluster of 3,000
-topics lists in ~40 ms, so a topic asked about is still answered within a tick).
+time, spaced to take at most :data:`LISTING_SHARE` of the time (a listing of thousands of
+topics takes a small part of a tick, so a topic asked about is still answered within one:
+docs/PERFORMANCE.md#firing-a-timer).
 Answers are refreshed every ``refresh_s``: topics created or deleted later are seen.
 
 Memory does not grow with the names requests carry: at most :data:`MAX_TOPICS`
@@ -45,8 +46,9 @@ from ktimers.logs import ThrottledLog
 log = logging.getLogger(__name__)
 
 #: Most callback topics remembered, and most waiting for a lookup. Far more than a service
-#: has callback topics (an answer takes ~0.5 KB: 5 MB in all), and more than fire in one
-#: tick: an answer forgotten before its timers fire would make them wait for another lookup.
+#: has callback topics, in a few megabytes (docs/PERFORMANCE.md#firing-a-timer), and more than
+#: fire in one tick: an answer forgotten before its timers fire would make them wait for another
+#: lookup.
 MAX_TOPICS = 10_000
 #: Share of the time listings may take: after one that took d s, the next waits 9 d.
 LISTING_SHARE = 0.1

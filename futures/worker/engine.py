@@ -211,7 +211,7 @@ class TimerEngine:
         that cannot fire with them yet, so that all go out as one stream in due order.
 
         A firing holds the engine lock for as long as the second's timers take to go out
-        (260–460 ms at 24,000 a second), and a partition left out of it waits for
+        (docs/PERFORMANCE.md#sustaining-a-rate), and a partition left out of it waits for
         all of it: its most overdue timers then leave last. Two things leave one out:
 
         * **its tick has not come** (the oscillator ticks every partition at once, but a fetch

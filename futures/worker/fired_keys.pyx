@@ -4,7 +4,7 @@
 Each key is written after its length (2 bytes, big-endian), one after the other. A firing
 packs the keys of every timer it delivered into such records, and the table's write takes
 them apart again to delete the timers: once each per fired timer, where a loop in the
-interpreter cost the engine ~15 % of a fired timer (``make bench-engine``).
+interpreter cost the engine a share of a fired timer (docs/PERFORMANCE.md#firing-a-timer).
 """
 
 from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize, PyBytes_GET_SIZE

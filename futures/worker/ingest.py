@@ -121,8 +121,8 @@ class Ingest:
                 if record.topic in native:
                     run = _run(record, queue)
                     if len(run) == 1:
-                        # A run's bookkeeping costs a record alone ~2 % (partitions alternating
-                        # record by record, bench.engine).
+                        # A run's bookkeeping costs a record alone more than it saves
+                        # (docs/PERFORMANCE.md#accepting-a-timer).
                         timers, taken = decoder.decode(record), 1
                     else:
                         timers, taken = decoder.decode_run(run, self._ctx.config.fire_chunk_size - staged)

@@ -1,18 +1,18 @@
 """The worker's confluent-kafka producers: callbacks, changelog, events and dead letters.
 
-Faust's own producer sends one record per await (~100 µs each: a Faust agent that
-sends what it consumes manages 2-4 k records/s); everything the engine writes goes
-through librdkafka in bulk instead, and each step awaits the delivery reports of
-its own records at once.
+Faust's own producer sends one record per await, too slow for the engine's writes
+(docs/PERFORMANCE.md#the-worker-is-one-python-process-on-one-core): everything the
+engine writes goes through librdkafka in bulk instead, and each step awaits the
+delivery reports of its own records at once.
 
 Three producers. The main one reports every record it writes for the service's own
 topics: a progress record's report says its changelog offset; events and dead letters.
 The *quiet* one takes the changelog's bulk (a put per timer accepted, a tombstone per
 timer swept): all a write needs of those is that every one was delivered, so it reports
 only failures (``delivery.report.only.error``, which confluent-kafka filters in C), and a
-write is delivered once the quiet producer holds nothing more. Against the embedded
-broker, a record cost the producing thread 1.4-2.0 µs to queue with a delivery callback
-and have its report served, 1.0-1.2 µs quiet. The engine's changelog writes run one at a
+write is delivered once the quiet producer holds nothing more, and a record costs the
+producing thread less (docs/PERFORMANCE.md#accepting-a-timer, *Waiting for the broker*).
+The engine's changelog writes run one at a
 time under its lock, so what the quiet producer holds is the write being awaited. The
 *callbacks* one writes the callbacks, whose reports say whether their timers fired.
 
@@ -168,9 +168,7 @@ DEFAULT_MAX_RECORD_BYTES = 1_000_000
 LINGER_MS = 5
 #: The same in precise mode, whose windows produce each callback on its millisecond and wait for
 #: none of them as it goes: the linger alone sends them. Against the embedded broker fewer, larger
-#: requests come through with a far shorter tail: callbacks produced on their due millisecond at
-#: 10,000/s reached a receiver with p99 17-25 ms at 10 ms, 61-83 ms at 5 and 385-513 ms at 0
-#: (``bench.direct``), and precise mode's own with p99 34-36 ms at 10 ms against 44-63 ms at 5.
+#: requests come through with a far shorter tail (``bench.direct``: docs/PERFORMANCE.md#lateness).
 PRECISE_LINGER_MS = 10
 
 
@@ -236,8 +234,7 @@ class KafkaWriter:
         #: librdkafka and nothing else. On ``BufferError`` or ``KafkaException`` they fall back to
         #: :meth:`produce`, which waits for room or reports the refusal. Called with positional
         #: arguments (:class:`~ktimers.producer.ProducerLike`): confluent-kafka parses keywords
-        #: at every call, and a record with headers and a delivery callback took 4.7 µs to queue
-        #: with them, 3.7 µs without; a changelog record 2.1 µs and 1.5 µs.
+        #: at every call (docs/PERFORMANCE.md#firing-a-timer).
         self.queue = self._callbacks.produce
         #: The producer's ``message.max.bytes``: dead letters are cut to fit it.
         self.max_record_bytes = max_record_bytes

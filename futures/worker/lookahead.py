@@ -24,7 +24,8 @@ from futures.worker.context import EngineContext
 
 log = logging.getLogger(__name__)
 
-#: Timers built ahead at a time, holding the engine lock (~2 ms).
+#: Timers built ahead at a time, holding the engine lock: briefly enough that a tick or a step
+#: waits little for it (docs/PERFORMANCE.md#firing-a-timer).
 _BUILD_AT_ONCE = 500
 
 

@@ -42,8 +42,8 @@ def limit_malloc_arenas(arenas: int = MALLOC_ARENAS) -> bool:
 
     glibc gives threads arenas of their own, up to eight per core, and what is freed in one
     arena is reused only by the threads that allocate from it: RocksDB's flush and compaction
-    threads and librdkafka's each hold some, 15-60 MB of a worker's resident memory in all
-    at 1-10 M pending timers. Set before those threads start. ``MALLOC_ARENA_MAX`` in the
+    threads and librdkafka's each hold some, tens of megabytes of a worker's resident memory in
+    all (docs/PERFORMANCE.md#10-m-pending). Set before those threads start. ``MALLOC_ARENA_MAX`` in the
     environment (which glibc reads itself) is left to decide; where the C library is not
     glibc there is nothing to set.
     """

@@ -130,8 +130,8 @@ class WorkerMetrics:
 class ChunkHistogram(Collector):
     """A Prometheus histogram that takes a whole chunk of observations in one call.
 
-    ``prometheus_client.Histogram.observe`` costs ~8 µs (a lock and two counter
-    updates per value); the fire path observes every fired timer's lateness, so a
+    ``prometheus_client.Histogram.observe`` takes a lock and updates two counters per
+    value (docs/PERFORMANCE.md#firing-a-timer); the fire path observes every fired timer's lateness, so a
     chunk is counted locally and merged once. Exposed exactly as a ``Histogram``
     with the same buckets (``_bucket{le}``, ``_sum``, ``_count``).
     """

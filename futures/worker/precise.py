@@ -15,8 +15,8 @@ frontier, :mod:`futures.worker.join`): it waits for them, as a tick does, at mos
 second its timer is due in wins, however far behind the worker is; one written later races
 with the send (once sent, a cancel reports ``CANCEL_MISSED``). Waiting for the requests
 written up to each timer's own millisecond would put the ingest's latency (tens of
-milliseconds, more under load) on every precise timer: measured at 10,000 timers/s, p99
-91-180 ms at the receiver instead of about 20. It sends nothing after its
+milliseconds, more under load) on every precise timer (docs/PERFORMANCE.md#lateness). It
+sends nothing after its
 partition is revoked, and settles what it sent before the group rejoins
 (:meth:`~futures.worker.windows.Windows.settle_revoked`); a failed settle stops the worker
 (``on_failure``).
@@ -42,8 +42,8 @@ from futures.worker.windows import FailFn, Window, Windows, callback_of, wake
 
 log = logging.getLogger(__name__)
 
-#: Timers a window reads and builds between two chances for the open windows to send
-#: (~5 µs each: a read stays near a quarter of a millisecond).
+#: Timers a window reads and builds between two chances for the open windows to send: a read
+#: stays short beside the millisecond a precise timer is due on (docs/PERFORMANCE.md#lateness).
 _READ = 50
 #: A window whose second did not fit in the budget reads on once it holds fewer timers than this,
 #: up to _READ_AHEAD of them.

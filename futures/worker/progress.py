@@ -3,7 +3,7 @@
 A changelog write ends with one progress record per partition (watermark and last
 applied request offset, :func:`~futures.worker.changelog.commit`), produced once the
 write's other records are delivered. The engine need not hold its lock while the
-broker takes it in — a round trip of 5-10 ms, a dozen and more times a second — so
+broker takes it in — a round trip, many times a second (docs/PERFORMANCE.md#sustaining-a-rate) — so
 the write applies itself to the tables as soon as the records it covers are delivered,
 and its progress record lands while the next step runs. One rule keeps that as safe as
 waiting: **nothing more is written to a partition's changelog until its progress

@@ -4,7 +4,8 @@ Faust owns what it is good at — assigning partitions co-partitioned with
 ``timer-request`` and ``oscillator``, and replaying the changelog into the store
 when a partition arrives (``apply_changelog_batch``) — while the engine writes
 through :meth:`TimerStore.partition` in bulk, bypassing Faust's one-record-at-a-time
-``Table.__setitem__`` path (a Table update per event caps a worker near 2 k/s).
+``Table.__setitem__`` path (a Table update per event caps a worker's rate:
+docs/PERFORMANCE.md#the-worker-is-one-python-process-on-one-core).
 
 Registered as the Faust store ``timers://local`` through the ``faust.stores`` entry point.
 
@@ -48,7 +49,7 @@ log = logging.getLogger(__name__)
 #: A partition's table directory under the store's directory.
 _TABLE_DIR = re.compile(r"partition-(\d+)\.db")
 #: How long after the store starts :meth:`TimerStore.open_found` begins (seconds).
-#: Opening a RocksDB table holds the GIL (~20-30 ms each, measured), which would
+#: Opening a RocksDB table holds the GIL (docs/PERFORMANCE.md#10-m-pending), which would
 #: hold back the consumer thread's JoinGroup, sent a few ms after the store starts;
 #: Tansu then holds that join for 3 s, half the session timeout, while the tables open.
 OPEN_FOUND_AFTER_S = 0.25

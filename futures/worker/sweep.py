@@ -33,9 +33,9 @@ from futures.worker.table import PartitionTimers
 #: Fired timers a step tombstones at most: a step holds the engine lock through its changelog
 #: write, so a tick that comes meanwhile waits for it.
 STEP_KEYS = 5000
-#: Listed timers read and tombstoned between two chances for the event loop to run (~1 ms):
-#: precise windows send without the engine lock, and a step read in one go (5,000 timers:
-#: ~8 ms, more once their index entries are on disk) would hold back every callback due meanwhile.
+#: Listed timers read and tombstoned between two chances for the event loop to run: precise
+#: windows send without the engine lock, and a step read in one go would hold back every callback
+#: due meanwhile (docs/PERFORMANCE.md#sweeping-a-fired-timer).
 SLICE_KEYS = 250
 
 

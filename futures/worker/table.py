@@ -77,9 +77,9 @@ The id index has a column family of its own, ``ids``, with its own memtables and
 SST files, and only those carry bloom filters. Every request looks its id up there
 and nearly every id is new, so nearly every lookup is a bloom filter saying "not
 here", file by file. With the index among the timers, every file held both, and the
-timers' filters, never asked, took their share of the block cache: at 3 M timers a
-new id's lookup took 3.7-4.2 µs, against 2.5-2.8 µs in a column family of its own
-(docs/PERFORMANCE.md, *Accepting a timer*). One write batch spans both column families,
+timers' filters, never asked, took their share of the block cache, and a new id's
+lookup was slower than in a column family of its own (docs/PERFORMANCE.md, *Accepting
+a timer*). One write batch spans both column families,
 atomically (the WAL). A table written with the index among the timers has it moved
 when opened.
 """
@@ -336,14 +336,14 @@ def _options(*, index: bool) -> Options:
     if index:
         # Nearly every id a request brings is new: its index lookup misses, and a miss searched
         # each memtable's skip list from the top. A bloom filter over whole keys answers most
-        # of them; it takes 2 % of each memtable, inside the memtables' cap.
+        # of them; it takes MEMTABLE_BLOOM_RATIO of each memtable, inside the memtables' cap.
         opts.set_memtable_prefix_bloom_ratio(MEMTABLE_BLOOM_RATIO)
         opts.set_memtable_whole_key_filtering(True)
     # The level below L0 sized as L0 is when it compacts (RocksDB's tuning rule). Its
     # default, 256 MiB, suits 64 MiB memtables: with ours, every 32 MiB compacted out of L0
     # would be merged into up to 256 MiB of it, as the id index's keys are random and overlap
-    # all of it. At 2.5 M timers a table, compaction writes 1.1 GB this way and 1.7 GB with
-    # the default, on the worker's other core.
+    # all of it: compaction, on the worker's other core, writes far less this way
+    # (docs/PERFORMANCE.md#10-m-pending).
     opts.set_level_zero_file_num_compaction_trigger(L0_COMPACTION_TRIGGER)
     opts.set_max_bytes_for_level_base(buffer_bytes * L0_COMPACTION_TRIGGER)
     # Index and filter blocks grow with the data; by default RocksDB keeps them
@@ -363,7 +363,7 @@ def _options(*, index: bool) -> Options:
     # Partitioned: an SST file's index and filter are many small blocks under a small
     # pinned top level, so a lookup loads a few KiB into the cache, not a whole
     # file's index and filter (MiBs at a million timers, evicted again at once by
-    # the next file's: ~0.3-0.6 ms a lookup).
+    # the next file's: docs/PERFORMANCE.md#accepting-a-timer).
     table.set_index_type(BlockBasedIndexType.two_level_index_search())
     table.set_pin_top_level_index_and_filter(True)
     opts.set_block_based_table_factory(table)
@@ -570,7 +570,8 @@ class PartitionTimers:
 
     def dues_of_ids(self, timer_ids: list[bytes]) -> list[int | None]:
         """:meth:`due_of_id` of many ids (UTF-8 bytes) at once: one RocksDB MultiGet, which
-        looks a batch of keys up file by file (~15 % less CPU a key than one get each).
+        looks a batch of keys up file by file, for less CPU a key than one get each
+        (docs/PERFORMANCE.md#accepting-a-timer).
 
         An index entry counts only while its timer is in the table: a fired timer's entry
         stays until the sweep takes its ``f`` record (see :meth:`apply`), so an entry found

@@ -21,7 +21,8 @@
    out the full time). Each response wakes the engine, so a waiting tick fires as
    soon as its frontier passes.
 3. **Fetched requests and ticks go to the engine whole.** Faust hands a stream
-   one event at a time (~100 µs each: a 6-10 k events/s ceiling). Request records
+   one event at a time, too slow for a timer's path
+   (docs/PERFORMANCE.md#the-worker-is-one-python-process-on-one-core). Request records
    do not take that path: fetched batches go to a :class:`RequestBacklog`, and
    each call of ``getmany`` applies one engine step of it
    (``TIMERS_INGEST_BATCH_SIZE`` records at most) through ``TimerEngine.ingest``;
