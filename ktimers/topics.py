@@ -2,7 +2,7 @@
 
 ``oscillator``, ``timer-request`` and the extra ingress topics
 (``TIMERS_INGRESS_TOPICS``) must have the same partition count: a tick in
-partition p advances the clock of the timers requested in partition p, and the
+partition p advances the watermark of the timers requested in partition p, and the
 Faust worker co-partitions these topics (and the timer table) on that number.
 """
 

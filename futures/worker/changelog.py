@@ -59,7 +59,7 @@ class Changes:
     #: sweep's (:attr:`~futures.worker.table.Unswept.stale_index`).
     stale_index: list[bytes] = field(default_factory=list)
     pending_delta: int = 0
-    watermark: int | None = None  # new watermark (epoch s), when the clock moved
+    watermark: int | None = None  # new watermark (epoch s), when it moved
     request_offset: int | None = None  # last `timer-request` offset applied, when requests were
     # Last offset applied of each other ingress topic (TIMERS_INGRESS_TOPICS).
     topic_offsets: dict[str, int] = field(default_factory=dict)

@@ -154,7 +154,7 @@ class WorkerConfig:
     admin_read_token: Secret | None = None
     #: Timer reads need no token: for a web port nobody else reaches (127.0.0.1).
     admin_open_reads: bool = False
-    #: The admin page shows a partition red when its clock (watermark) is this many
+    #: The admin page shows a partition red when its watermark is this many
     #: seconds behind the worker's clock.
     admin_stall_after_s: float = 5.0
     #: Static group membership (Kafka's ``group.instance.id``): a name that stays the same
@@ -443,7 +443,7 @@ WORKER_ENV: tuple[EnvVar, ...] = (
     EnvVar(
         "TIMERS_ADMIN_STALL_AFTER_S",
         default_of(WorkerConfig, "admin_stall_after_s"),
-        "a partition's clock this far behind shows red, seconds",
+        "a partition's watermark this far behind shows red, seconds",
     ),
     EnvVar(
         "TIMERS_INSTANCE_ID",

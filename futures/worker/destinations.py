@@ -2,7 +2,7 @@
 
 librdkafka holds a record for a topic it has no metadata for until the topic
 appears or ``message.timeout.ms`` passes; the engine's flush waits for every
-record of a chunk, under the engine lock. One timer addressed to a topic that
+record of a piece, under the engine lock. One timer addressed to a topic that
 does not exist would stall firing for every partition for up to 30 s, every
 tick. So the engine asks :class:`CallbackTopics` first; it answers from memory:
 

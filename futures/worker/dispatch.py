@@ -2,7 +2,7 @@
 
 The fire path: :meth:`Dispatcher.send` produces the callbacks of due timers
 (built by :mod:`futures.worker.callbacks`, ahead of time where it could) and
-:meth:`Dispatcher.confirm` waits for their delivery reports; :meth:`Dispatcher.settle`
+:meth:`Dispatcher.confirm` waits for their delivery reports; :meth:`Dispatcher.confirm_reports`
 turns the reports into outcomes (delivered → FIRED event, refused for good → dead
 letter, transient → retried on the next tick).
 
@@ -203,14 +203,16 @@ class Dispatcher:
         timers that could not be built are dead-lettered (:meth:`dead_letter_unreadable`)."""
         await self._writer.delivered(sending.deliveries)
         callbacks = sending.callbacks
-        outcome = self.settle(callbacks, sending.deliveries, [sending.fired_ms] * len(callbacks))
+        outcome = self.confirm_reports(callbacks, sending.deliveries, [sending.fired_ms] * len(callbacks))
         for item in sending.refused:
             self.dead_letter_unreadable(*item)
         outcome.refused = sending.refused
         outcome.dead_lettered += len(sending.refused)
         return outcome
 
-    def settle(self, callbacks: list[Callback], deliveries: Deliveries, fired: list[int]) -> FireOutcome:
+    def confirm_reports(
+        self, callbacks: list[Callback], deliveries: Deliveries, fired: list[int]
+    ) -> FireOutcome:
         """Count, record and dead-letter by delivery report; say which timers to delete."""
         errors = traced_errors(callbacks, deliveries) if deliveries.failed else deliveries.errors
         if not errors:  # the common case: every callback delivered
@@ -259,7 +261,7 @@ class Dispatcher:
             self._batch(partition).fired.add(
                 id=ids, due_ms=due_times, source_offset=offsets, at_ms=now, partition=partition
             )
-        # Metrics and status once per chunk, not per timer.
+        # Metrics and status once per piece, not per timer.
         self._metrics.fired.inc(len(callbacks))
         self._metrics.lateness.observe_many([late / 1000 for late in lateness_ms])
         newest = max(len(callbacks) - self._status.keeps, 0)  # only these are shown: no tuple for the rest
@@ -303,10 +305,10 @@ class Dispatcher:
         callback_topics: Sequence[str],
     ) -> None:
         """The SCHEDULED events of timers of ``partition`` accepted at ``now`` (epoch ms, the
-        batch's clock), column by column, in the order they were accepted.
+        batch's time by this worker's clock), column by column, in the order they were accepted.
 
         Gathered in columns (a ``ScheduledTimers`` block), which runs of timers accepted at one
-        clock share until another event of the partition comes: a run of timers costs a few
+        time share until another event of the partition comes: a run of timers costs a few
         list extends, not a call per timer. A callback topic seen for the first time is looked
         up now, not when its first timer fires (which would then wait for the next tick).
         """

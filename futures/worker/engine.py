@@ -5,7 +5,7 @@
 * **tick** — :meth:`TimerEngine.note_ticks` takes the oscillator's ticks; a tick
   waits for the requests of its partition written before it
   (:mod:`futures.worker.join`), then :meth:`TimerEngine.fire_ready` moves the
-  partition's clock (its watermark);
+  partition's watermark;
 * **dispatch** — :mod:`futures.worker.firing` is the one fire path (build → send →
   confirm → settle), for a tick's second and for timers accepted already due;
   precise mode's per-millisecond windows (:mod:`futures.worker.precise`) send through
@@ -109,8 +109,9 @@ class TimerEngine:
             on_bound=metrics.join_wait_bound.inc,
         )
         self._woken = asyncio.Event()
-        #: Second mode: partition → the second its clock last moved to (the ticks a second expects).
-        self._clocks: dict[int, int] = {}
+        #: Second mode: partition → the second its watermark last moved to (the ticks a second
+        #: expects).
+        self._watermarks: dict[int, int] = {}
         self._ticks_log = ThrottledLog(log)
 
     # -- request → table -------------------------------------------------------
@@ -118,12 +119,12 @@ class TimerEngine:
     async def ingest(self, records: Sequence[SourceRecord]) -> None:
         """Apply a step of request records of any ingress topic; durable when this returns, but
         for the progress records that acknowledge them (:meth:`landed`)."""
-        await self._ingest.apply(records)
+        await self._ingest.accept(records)
 
     # -- tick ------------------------------------------------------------------
 
     def note_ticks(self, ticks: Sequence[SourceRecord]) -> None:
-        """Take a batch of ticks: each partition's clock is to move to its highest second.
+        """Take a batch of ticks: each partition's watermark is to move to its highest second.
 
         Several oscillators tick every partition every second; a tick at or below the
         clock, or a copy of one waiting, moves nothing. One more than ``TIMERS_CLOCK_TOLERANCE_MS``
@@ -193,7 +194,7 @@ class TimerEngine:
         """One turn of the firing task: fire what the waiting ticks allow (in second mode, once a
         second's ticks are gathered), then, if no tick waits, one step of the sweep. Whether more
         is left to sweep."""
-        self._ctx.progress.settle()
+        self._ctx.progress.take_landed()
         await self._gather()
         await self.fire_ready()
         return not self._waiting and await self._sweep.step(give_way=self._ticks_wait)
@@ -216,7 +217,7 @@ class TimerEngine:
 
         * **its tick has not come** (the oscillator ticks every partition at once, but a fetch
           may bring some of them and the next fetch the rest): waited for at most
-          TICK_GATHER_S, and only for a partition whose clock is one second behind (not one
+          TICK_GATHER_S, and only for a partition whose watermark is one second behind (not one
           catching up, nor more than once for one whose ticks stopped);
         * **its tick came, but requests written just before it are not applied yet**
           (:meth:`WaitingTicks.held`): the fetcher's next ingest step applies them, which the
@@ -240,8 +241,8 @@ class TimerEngine:
             if held:
                 bound_s = JOIN_GATHER_S
             elif any(
-                clock == second - 1 and partition not in waiting and owns(partition)
-                for partition, clock in self._clocks.items()
+                watermark == second - 1 and partition not in waiting and owns(partition)
+                for partition, watermark in self._watermarks.items()
             ):
                 bound_s = TICK_GATHER_S
             else:
@@ -256,7 +257,7 @@ class TimerEngine:
                 return
 
     async def fire_ready(self) -> None:
-        """Move the clocks the waiting ticks allow, firing what comes due."""
+        """Move the watermarks the waiting ticks allow, firing what comes due."""
         precise = self._precise
         while self._waiting:
             if precise is not None:
@@ -277,18 +278,19 @@ class TimerEngine:
                         await precise.open(partition, second)
                 else:
                     self._lookahead.moved(moved)
-                    self._clocks.update(moved)
+                    self._watermarks.update(moved)
             self.metrics.ticks.labels("advanced").inc(len(moved))
             return
 
     def _join(self, firing: Collection[int]) -> dict[int, int]:
-        """Second mode: the clock moves of partitions other than ``firing`` that may join a firing
+        """Second mode: the watermark moves of partitions other than ``firing`` that may join a firing
         under way (one second's ticks of several partitions often come in two fetches)."""
         waiting = [p for p in self._waiting.seconds() if p not in firing]
         return self._claim_ticks(waiting) if waiting else {}
 
     def _claim_ticks(self, partitions: Iterable[int] | None = None) -> dict[int, int]:
-        """Partition → the second its clock moves to now (of ``partitions``, or all with waiting ticks)."""
+        """Partition → the second its watermark moves to now (of ``partitions``, or all with waiting
+        ticks)."""
         owns = self._ctx.owns
         # Revoked by a rebalance while the tick waited: the new owner has ticks of its own.
         self._waiting.drop([p for p in self._waiting.seconds() if not owns(p)])
@@ -296,7 +298,7 @@ class TimerEngine:
         # note_ticks admits) waits for it, so no timer fires before its due time here.
         claimed = self._waiting.claim(self._ctx.clock() // 1000, partitions)
         tables = self._ctx.tables
-        # A clock inherited from a previous owner may be ahead of the tick: nothing to move.
+        # A watermark inherited from a previous owner may be ahead of the tick: nothing to move.
         return {
             partition: second for partition, second in claimed.items() if second > tables(partition).watermark
         }
@@ -328,7 +330,7 @@ class TimerEngine:
         """
         revoked = set(partitions)
         for partition in revoked:
-            self._clocks.pop(partition, None)
+            self._watermarks.pop(partition, None)
         self._sweep.revoke(revoked)
         if self._precise is not None:
             self._precise.windows.revoke(revoked)

@@ -1,9 +1,9 @@
 """The fire path: build → send → confirm → settle, for every timer that fires in second mode.
 
 :meth:`Firing.fire` fires each partition's timers due by a target second and moves
-its clock there: a tick's second (:mod:`futures.worker.engine`), or the clock where it
+its watermark there: a tick's second (:mod:`futures.worker.engine`), or the watermark where it
 is for timers accepted already due (:mod:`futures.worker.ingest`). It never fires past
-this worker's clock, whatever the target: a clock inherited from another worker may be
+this worker's clock, whatever the target: a watermark inherited from another worker may be
 ahead of ours.
 
 All partitions' timers go out as one stream in due order, not one partition after
@@ -15,13 +15,13 @@ are on their way to the broker, the piece before is confirmed (delivery reports 
 FIRED events, dead letters, retries) and the one before that settled (the ``f`` records
 listing its timers written and the timers deleted, :func:`~futures.worker.changelog.commit`;
 their own tombstones come later, :mod:`~futures.worker.sweep`). So what is
-sent and not yet deleted — what a crash would send again — stays one chunk, and what is
-sent and not yet confirmed stays within the firing's share of the budget whatever the
-payloads the configuration admits (it refuses a budget whose share cannot hold a piece
-and one timer of ``TIMERS_MAX_PAYLOAD_BYTES``): a piece that would pass it waits for the
-one before to be confirmed.
+sent and not yet deleted — what a crash would send again — stays within
+``TIMERS_FIRE_CHUNK_SIZE``, and what is sent and not yet confirmed stays within the
+firing's share of the budget whatever the payloads the configuration admits (it refuses a
+budget whose share cannot hold a piece and one timer of ``TIMERS_MAX_PAYLOAD_BYTES``): a
+piece that would pass it waits for the one before to be confirmed.
 
-A timer whose callback failed transiently stays in the table, and the clock moves on:
+A timer whose callback failed transiently stays in the table, and the watermark moves on:
 the table's low mark (:attr:`~futures.worker.table.PartitionTimers.low_ms`) makes the
 next firing of its partition read it again. That is the one retry there is. A timer whose
 bytes in the table no callback can be built from (protobuf does not read them) is
@@ -122,17 +122,17 @@ class Firing:
         self._lookahead = lookahead
 
     async def fire(self, targets: dict[int, int], join: Join | None = None) -> dict[int, int]:
-        """Fire each partition's timers due by its target second (epoch s), and move its clock
-        there; the clocks moved (partition → second). Under the engine lock.
+        """Fire each partition's timers due by its target second (epoch s), and move its
+        watermark there; the watermarks moved (partition → second). Under the engine lock.
 
-        ``join``: clock moves that arrive meanwhile join the firing (second mode: one
+        ``join``: watermark moves that arrive meanwhile join the firing (second mode: one
         second's ticks of several partitions often come in two fetches).
         """
         ctx = self._ctx
         changes = {partition: Changes() for partition in targets}
         fired = await self._fire_due(targets, changes, join)
         for partition, target in targets.items():  # joined ticks were added to ``targets``
-            # A partition revoked mid-firing keeps its clock: what was not sent stays due, for
+            # A partition revoked mid-firing keeps its watermark: what was not sent stays due, for
             # whoever owns it next, this worker too when an eager rebalance hands it straight back.
             if target > ctx.tables(partition).watermark and partition not in fired.cut:
                 changes[partition].watermark = target
@@ -202,14 +202,14 @@ class Firing:
                         scans.append(self._scan(partition, second, fired))
                 if flight or waiting or any(scan.more for scan in scans):
                     # A large second: this piece is settled while the next go out (one settle
-                    # at a time, in order); the last piece is the caller's, with the clock move.
+                    # at a time, in order); the last piece is the caller's, with the watermark move.
                     if settling is not None:
                         await settling
                     piece_changes = dict(changes)
                     for partition in changes:
                         changes[partition] = Changes()
                     settling = asyncio.ensure_future(commit(ctx, piece_changes))
-                    if depth == 1:  # a chunk too small to share: one piece at a time
+                    if depth == 1:  # a firing too small to share: one piece at a time
                         await settling
                         settling = None
         finally:

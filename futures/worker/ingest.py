@@ -1,12 +1,12 @@
 """Request → table: a step of `timer-request` records applied to the partition tables.
 
-:meth:`Ingest.apply` parses each record by its topic's format
+:meth:`Ingest.accept` parses each record by its topic's format
 (:mod:`futures.ingress.requests`) and stages what it asks — schedule, replace, cancel, or
 a dead letter with the reason — per partition (:class:`~futures.worker.changelog.Changes`),
 so later requests of a step see earlier ones before anything reaches the table. Every
 ``TIMERS_FIRE_CHUNK_SIZE`` timers, and at the end of the step, the staged changes are
 written (:func:`~futures.worker.changelog.commit`); the timers accepted already due
-(at or below their partition's clock) are then fired from the table by the fire path,
+(at or below their partition's watermark) are then fired from the table by the fire path,
 as a tick fires them (:class:`~futures.worker.firing.Firing`).
 
 Applying is idempotent: a record at or below its partition's last applied offset (kept
@@ -64,8 +64,8 @@ class Ingest:
         self._gaps = gaps  # reads back request records the stream skipped
         self._read_past = read_past  # which holes hold no request (transaction markers)
 
-    async def apply(self, records: Sequence[SourceRecord]) -> None:
-        """Apply a batch of request records of any ingress topic; durable when this returns.
+    async def accept(self, records: Sequence[SourceRecord]) -> None:
+        """Accept a batch of request records of any ingress topic; durable when this returns.
 
         A record may hold many timers (a ``FutureBatch``): every
         ``fire_chunk_size`` timers the records parsed so far are made durable,
@@ -255,7 +255,7 @@ class Ingest:
 
         Latest wins: an older version of a timer, in the table or staged earlier in the
         step, is removed, not fired. A timer already due (at or below the partition's
-        clock) is fired once the step is written (``part.late``), unless it is later than
+        watermark) is fired once the step is written (``part.late``), unless it is later than
         ``TIMERS_MAX_LATENESS_S`` allows. The loop over the timers is compiled
         (:func:`~futures.worker.staging.stage`); it hands back here what is more than
         staging: a timer to refuse, and precise mode's pauses.

@@ -13,7 +13,7 @@ of its partition that are older than it:
   broker holds unread records; when everything was applied, the time the fetch request
   was sent whose response said so (the broker answered later, so a request written
   before it is in that response; one written after may be in no response seen yet);
-* a partition's clock moves to the tick's second only as far as its frontier allows
+* a partition's watermark moves to the tick's second only as far as its frontier allows
   (:meth:`WaitingTicks.claim`): the tick fires late, never ahead of a request written
   before it;
 * a tick that waits longer than ``TIMERS_JOIN_MAX_WAIT_S`` fires anyway (a worker that
@@ -120,7 +120,7 @@ class WaitingTicks:
             self._waiting.pop(partition, None)
 
     def claim(self, clock_s: int, partitions: Iterable[int] | None = None) -> dict[int, int]:
-        """Partition → the second its clock may move to now (of ``partitions``, or all waiting).
+        """Partition → the second its watermark may move to now (of ``partitions``, or all waiting).
 
         Up to the tick's second, but never past ``clock_s``, the second this worker's own
         clock has reached (a tick ahead of it keeps waiting for it); and only to the

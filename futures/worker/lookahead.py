@@ -2,7 +2,7 @@
 
 A tick fires every timer due by its second in one go; building their callbacks then
 (:func:`~futures.worker.callbacks.prepare`) is on the path of every callback but the
-first. Between ticks the worker is mostly idle, so after a partition's clock moves
+first. Between ticks the worker is mostly idle, so after a partition's watermark moves
 to s, :meth:`Lookahead.moved` starts building its timers due by s + 1, a few hundred
 at a time under the engine lock (ticks and requests go on between), while the
 budget allows: its share of ``TIMERS_FIRE_BUDGET_BYTES`` across partitions (``FireBudget.ahead``).
@@ -34,7 +34,7 @@ class Lookahead:
         self._ctx = ctx
         self.max_bytes = ctx.budget.ahead
         self._built = BuiltAhead()  # in compiled code: every fired timer passes through it
-        self._ahead: dict[int, int] = {}  # partition → the second its clock is at, to build past
+        self._ahead: dict[int, int] = {}  # partition → its watermark, to build past
         self._task: asyncio.Task[None] | None = None
 
     def __len__(self) -> int:
@@ -49,7 +49,7 @@ class Lookahead:
         return [*self._built.partitions(), *self._ahead]
 
     def moved(self, moved: Mapping[int, int]) -> None:
-        """The clocks of ``moved`` (partition → second) moved: build what their next tick fires."""
+        """The watermarks of ``moved`` (partition → second) moved: build what their next tick fires."""
         for partition in self._built.partitions():
             if partition in moved or not self._ctx.owns(partition):
                 self.drop(partition)  # fired by now, or the partition went elsewhere
@@ -74,7 +74,7 @@ class Lookahead:
         return self._built.take(items, refused)
 
     async def _build(self) -> None:
-        """Build the timers due in the second after each clock of ``self._ahead``, a few hundred
+        """Build the timers due in the second after each watermark of ``self._ahead``, a few hundred
         at a time, while the budget allows."""
         ctx = self._ctx
         try:
@@ -83,7 +83,7 @@ class Lookahead:
                 after: bytes | None = None
                 while self.held < self.max_bytes:
                     async with ctx.lock:
-                        # Revoked, or its clock moved on meanwhile (that move queued its own turn).
+                        # Revoked, or its watermark moved on meanwhile (that move queued its own turn).
                         table = ctx.tables(partition)
                         if not ctx.owns(partition) or table.watermark != second:
                             break

@@ -51,7 +51,7 @@ class WorkerMetrics:
         self.rejected = Counter(
             "timers_rejected_total", "Requests or callbacks dead-lettered or dropped", ["reason"], registry=r
         )
-        self.lateness = ChunkHistogram(
+        self.lateness = PieceHistogram(
             "timers_fire_lateness_seconds", "Fire time minus due time", LATENESS_BUCKETS, registry=r
         )
         self.requests_skipped = Counter(
@@ -82,12 +82,12 @@ class WorkerMetrics:
         )
         self.ticks = Counter(
             "timers_ticks_total",
-            "Ticks by outcome: advanced the clock, duplicate/old (no-op), "
+            "Ticks by outcome: advanced the watermark, duplicate/old (no-op), "
             "ahead of the worker clock by more than the tolerance (refused), invalid",
             ["outcome"],
             registry=r,
         )
-        self.join_wait = ChunkHistogram(
+        self.join_wait = PieceHistogram(
             "timers_join_wait_seconds",
             "How long a tick waited for older requests of its partition before it fired",
             LATENESS_BUCKETS,
@@ -127,12 +127,12 @@ class WorkerMetrics:
         return generate_latest(self.registry)
 
 
-class ChunkHistogram(Collector):
-    """A Prometheus histogram that takes a whole chunk of observations in one call.
+class PieceHistogram(Collector):
+    """A Prometheus histogram that takes a whole piece's observations in one call.
 
     ``prometheus_client.Histogram.observe`` takes a lock and updates two counters per
     value (docs/PERFORMANCE.md#firing-a-timer); the fire path observes every fired timer's lateness, so a
-    chunk is counted locally and merged once. Exposed exactly as a ``Histogram``
+    piece is counted locally and merged once. Exposed exactly as a ``Histogram``
     with the same buckets (``_bucket{le}``, ``_sum``, ``_count``).
     """
 

@@ -5,7 +5,7 @@ On tick s of a partition the engine opens windows s + 1 and s + 2
 its second's timers a second ahead, builds their callbacks, and sends each when this
 worker's clock reaches its due millisecond — through the fire path's pieces:
 ``Dispatcher.callbacks`` to send, delivery reports to confirm
-(``Dispatcher.settle``), and :func:`~futures.worker.changelog.commit` to settle
+(``Dispatcher.confirm_reports``), and :func:`~futures.worker.changelog.commit` to settle
 (the ``f`` record listing them, then the table), a few hundred timers at a time.
 
 A window of second w (its timers due in ((w - 1) · 1000, w · 1000] ms) sends nothing before
@@ -57,7 +57,7 @@ _SETTLE_BUDGET_SHARE = 8
 _FRONTIER_POLL_S = 0.005
 #: How long a window that must read on waits before it tries again (ms).
 _READ_POLL_MS = 1
-#: Timers a window sends at most between two looks at its partition and the clock.
+#: Timers a window sends at most between two looks at its partition and this worker's clock.
 _SEND_AT_ONCE = 500
 
 _key = attrgetter("key")
@@ -73,7 +73,7 @@ class PreciseMode:
 
     async def open(self, partition: int, second: int) -> None:
         """Open windows ``second + 1`` and ``second + 2`` where they are not open (under the lock,
-        the clock at ``second``): each is sending a second before its timers are due.
+        the watermark at ``second``): each is sending a second before its timers are due.
 
         The scan goes a few dozen timers at a time, letting the open windows send between:
         a second of 10 k timers takes tens of milliseconds to read, longer than a timer may wait.
@@ -250,7 +250,7 @@ class PreciseMode:
             async with ctx.lock:
                 if window.abandoned:
                     return  # the new owner sends them again: at least once
-                outcome = ctx.dispatch.settle(sent, deliveries, sent_at)
+                outcome = ctx.dispatch.confirm_reports(sent, deliveries, sent_at)
                 await ctx.dispatch.deliver_dead_letters(outcome)
                 part = Changes()
                 done = [(sent[i], sent_at[i]) for i in outcome.done if sent[i].key not in window.removed]

@@ -76,7 +76,7 @@ class InFlight:
         """Whether ``partition``'s progress record is still on its way (reports served first)."""
         if partition not in self._tails:
             return False
-        self.settle()
+        self.take_landed()
         return partition in self._tails
 
     async def landed(self, partitions: Iterable[int] | None = None) -> None:
@@ -86,9 +86,9 @@ class InFlight:
         wanted = list(tails) if partitions is None else [p for p in partitions if p in tails]
         if wanted:
             await self._writer.delivered(*(tails[p].deliveries for p in wanted))
-        self.settle()
+        self.take_landed()
 
-    def settle(self) -> None:
+    def take_landed(self) -> None:
         """Record on disk the progress records whose reports came (served first); raise the first
         that failed."""
         if not self._tails:

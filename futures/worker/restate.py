@@ -13,7 +13,7 @@ holds already. Two paths find the fenced records:
 
 * **Live**, by offsets. Between two progress records of a partition, its owner is the only
   writer it knows of, and counts what it writes: a progress record that lands further than that
-  count says someone else wrote in between (:meth:`~futures.worker.progress.InFlight.settle`).
+  count says someone else wrote in between (:meth:`~futures.worker.progress.InFlight.take_landed`).
   The owner reads that range back (the gap reader, :mod:`futures.worker.gaps`), and restates the
   keys of the fenced records there in its next write. The table on disk keeps its offset before
   the range until then, so a restart reads the range again.

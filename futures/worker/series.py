@@ -43,7 +43,7 @@ def arm_next(
     """Stage the next occurrence of each recurring timer in ``fired``, before its tombstone.
 
     ``fired``: the timers whose tombstones are staged in ``changes`` (by partition), each
-    with its floor (epoch ms): occurrences due at or before it are skipped — the clock the
+    with its floor (epoch ms): occurrences due at or before it are skipped — the watermark the
     firing moved to in second mode, the time it was sent in precise mode. Returns what
     precise mode's windows may take once the write is durable.
     """

@@ -58,7 +58,7 @@ def stage(
 
     ``in_table``: each timer's due time in the table (None: none), looked up before the
     step changed anything; versions staged earlier in the step are in ``changes.overlay``.
-    A timer due at or below ``late_ms`` (the partition's clock) is accepted late, unless
+    A timer due at or below ``late_ms`` (the partition's watermark) is accepted late, unless
     ``refuse_late`` and it is more than ``max_lateness_s`` older than ``now_ms``.
     ``windows``: precise mode's, told of every version replaced, and offered what is put
     (or None). ``staged`` counts the step's requests; with ``windows``, the call returns

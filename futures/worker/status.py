@@ -141,7 +141,7 @@ class WorkerStatus:
             return
         per_second = self._per_second
         first, last = fired[0] // 1000, fired[-1] // 1000
-        # A chunk fired at one instant is one count: this runs for every chunk of a hot second.
+        # A piece fired at one instant is one count: this runs for every piece of a hot second.
         seconds = [(first, len(fired))] if first == last else Counter(f // 1000 for f in fired).items()
         for second, count in seconds:
             if per_second and per_second[-1][0] == second:

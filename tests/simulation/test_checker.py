@@ -78,15 +78,15 @@ def test_a_dropped_cancel_fires_what_it_cancelled(monkeypatch: pytest.MonkeyPatc
 
 
 def test_requests_skipped_are_lost(monkeypatch: pytest.MonkeyPatch) -> None:
-    apply = Ingest.apply
+    accept = Ingest.accept
 
     async def skipping(self: Ingest, records: list[sim_worker.SourceRecord]) -> None:
-        await apply(self, [r for r in records if r.offset % 2 == 0])
+        await accept(self, [r for r in records if r.offset % 2 == 0])
 
     async def no_gaps(self: object, topic: str, partition: int, start: int, end: int) -> list[object]:
         return []
 
-    monkeypatch.setattr(Ingest, "apply", skipping)
+    monkeypatch.setattr(Ingest, "accept", skipping)
     monkeypatch.setattr(sim_worker.SimGaps, "read", no_gaps)
     assert "lost" in run().kinds()
 

@@ -10,7 +10,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 from prometheus_client import CollectorRegistry, Histogram, generate_latest
 
-from futures.worker.metrics import LATENESS_BUCKETS, ChunkHistogram, WorkerMetrics
+from futures.worker.metrics import LATENESS_BUCKETS, PieceHistogram, WorkerMetrics
 from futures.worker.table import MEMTABLES, PartitionTimers, table_key
 
 VALUES = [0.0, 0.004, 0.01, 0.0100001, 0.3, 1.0, 1.2, 2.0, 59.9, 3600.0, 7200.0, 0.5, 0.5]
@@ -18,7 +18,7 @@ VALUES = [0.0, 0.004, 0.01, 0.0100001, 0.3, 1.0, 1.2, 2.0, 59.9, 3600.0, 7200.0,
 
 def test_a_chunk_histogram_exposes_what_a_prometheus_histogram_exposes() -> None:
     ours, theirs = CollectorRegistry(), CollectorRegistry()
-    chunked = ChunkHistogram("lateness_seconds", "doc", LATENESS_BUCKETS, registry=ours)
+    chunked = PieceHistogram("lateness_seconds", "doc", LATENESS_BUCKETS, registry=ours)
     plain = Histogram("lateness_seconds", "doc", buckets=LATENESS_BUCKETS, registry=theirs)
     chunked.observe_many(VALUES[:5])
     chunked.observe_many([])
@@ -43,7 +43,7 @@ def test_chunks_of_any_values_fall_in_the_buckets_a_prometheus_histogram_puts_th
     chunks: list[list[float]],
 ) -> None:
     ours, theirs = CollectorRegistry(), CollectorRegistry()
-    chunked = ChunkHistogram("lateness_seconds", "doc", LATENESS_BUCKETS, registry=ours)
+    chunked = PieceHistogram("lateness_seconds", "doc", LATENESS_BUCKETS, registry=ours)
     plain = Histogram("lateness_seconds", "doc", buckets=LATENESS_BUCKETS, registry=theirs)
     for chunk in chunks:
         chunked.observe_many(chunk)

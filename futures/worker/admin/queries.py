@@ -166,13 +166,13 @@ def next_due_ms(tables: Mapping[int, PartitionTimers]) -> int | None:
 def partition_json(
     partition: int, table: PartitionTimers, ticks: PartitionTicks | None, now_ms: int, stall_after_s: float
 ) -> Json:
-    """Pending count and clock of one partition; ``stalled`` when its clock is behind the worker's."""
+    """Pending count and watermark of one partition; ``stalled`` when it is behind the worker's clock."""
     watermark = table.watermark if table.watermark >= 0 else None
     lag_s = None if watermark is None else max(now_ms / 1000 - watermark, 0.0)
     if watermark is None or lag_s is None:
-        stall = "no tick has moved this partition's clock yet"
+        stall = "no tick has moved this partition's watermark yet"
     elif lag_s > stall_after_s:
-        stall = f"clock {lag_s:.0f}s behind the worker's: no oscillator ticks, or firing is stuck"
+        stall = f"watermark {lag_s:.0f}s behind the worker's clock: no oscillator ticks, or firing is stuck"
     else:
         stall = None
     return {

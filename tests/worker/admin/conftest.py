@@ -24,7 +24,7 @@ from tests.integration.conftest import Stack, fresh_env
 from tests.processes import Service
 
 ADMIN_TOKEN = "admin-test-token-0123456789"
-STALL_AFTER_S = 3  # a partition's clock this far behind shows red
+STALL_AFTER_S = 3  # a partition's watermark this far behind shows red
 OSCILLATOR = "osc-0"  # the name Stack.start_oscillator gives its first oscillator
 
 
