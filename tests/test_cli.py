@@ -17,9 +17,10 @@ from confluent_kafka import TIMESTAMP_CREATE_TIME, TIMESTAMP_NOT_AVAILABLE
 from hypothesis import given
 from hypothesis import strategies as st
 
-from futures import cli
-from futures.cli import main, record_json
+from futures.cli import main
 from futures.client import TimerClient
+from futures.console import connect, schedule
+from futures.console.watch import record_json
 from futures.durations import parse_duration, parse_instant
 from ktimers.config import CommonConfig
 from ktimers.wire import Future
@@ -170,8 +171,8 @@ def fake_producer(monkeypatch) -> FakeProducer:
     def client(common: CommonConfig, delivery_timeout_s: float) -> TimerClient:
         return TimerClient(CommonConfig(), producer=producer)
 
-    monkeypatch.setattr(cli, "_client", client)
-    monkeypatch.setattr(cli, "_warn_if_missing", lambda common, topic: None)
+    monkeypatch.setattr(connect, "client", client)
+    monkeypatch.setattr(schedule, "warn_if_missing", lambda common, topic: None)
     return producer
 
 
@@ -282,12 +283,13 @@ def test_watch_into_a_reader_that_stops_early_ends_quietly_with_status_0():
     # `timers watch TOPIC | head -1`: the records printed after head has exited hit a closed pipe.
     code = (
         "import sys\n"
-        "import futures.cli as cli\n"
+        "from futures import cli\n"
+        "from futures.console import output, watch\n"
         "def records(args):\n"
         "    for offset in range(100_000):\n"
-        "        cli.print_json({'offset': offset})\n"
+        "        output.print_json({'offset': offset})\n"
         "    return 0\n"
-        "cli._watch = records\n"
+        "watch._watch = records\n"
         "sys.exit(cli.main(['watch', 'cb-orders']))\n"
     )
     child = subprocess.Popen(
@@ -354,8 +356,8 @@ def test_any_schedule_option_value_schedules_or_says_what_to_fix(option, text):
     if option in ("--tz", "--until", "--max-count"):
         argv += ["--cron", "@daily"]
     with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(cli, "_client", lambda common, timeout: TimerClient(CommonConfig(), producer=producer))
-        patch.setattr(cli, "_warn_if_missing", lambda common, topic: None)
+        patch.setattr(connect, "client", lambda _, timeout: TimerClient(CommonConfig(), producer=producer))
+        patch.setattr(schedule, "warn_if_missing", lambda common, topic: None)
         errors = io.StringIO()
         with contextlib.redirect_stderr(errors), contextlib.redirect_stdout(io.StringIO()):
             code = main(argv)

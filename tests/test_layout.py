@@ -113,3 +113,10 @@ def test_every_source_folder_is_a_regular_package():
         for folder in [REPO / root, *(p for p in (REPO / root).rglob("*") if p.is_dir())]:
             if any(folder.glob("*.py")):
                 assert (folder / "__init__.py").exists(), f"{folder.relative_to(REPO)} has no __init__.py"
+
+
+def test_the_timers_command_is_read_one_command_at_a_time() -> None:
+    """``timers`` keeps a module per command in futures/console/, each short enough to read."""
+    modules = [REPO / "futures/cli.py", *sorted((REPO / "futures/console").glob("*.py"))]
+    long = {str(m.relative_to(REPO)): n for m in modules if (n := len(m.read_text().splitlines())) > 400}
+    assert not long, f"split these per command (over 400 lines): {long}"

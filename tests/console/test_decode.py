@@ -12,8 +12,8 @@ from confluent_kafka import TIMESTAMP_CREATE_TIME, TIMESTAMP_NOT_AVAILABLE
 from hypothesis import given
 from hypothesis import strategies as st
 
-from futures.cli import record_json, watch_lines
 from futures.console import decode
+from futures.console.watch import record_json, watch_lines
 from ktimers.config import TopicsConfig
 from ktimers.wire import (
     Cancel,

@@ -11,8 +11,9 @@ from collections.abc import Iterator
 import pytest
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from futures.cli import EXIT_INCOMPLETE, EXIT_NOT_PENDING, main
+from futures.cli import main
 from futures.client import TimerClient
+from futures.console.output import EXIT_INCOMPLETE, EXIT_NOT_PENDING
 from tests.integration.conftest import STACK_LIMITS, Stack, fresh_env
 from tests.processes import Service
 
