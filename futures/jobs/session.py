@@ -50,7 +50,7 @@ _LOCAL_TASK_SIZE = {
 
 
 # A batch job wants throughput from its collector: G1's write barriers and concurrent refinement
-# cost a compaction CPU (docs/PERFORMANCE.md#the-spark-jobs), and its
+# take a share of a compaction's CPU (docs/PERFORMANCE.md#the-spark-jobs), and its
 # short pauses buy nothing here. Only for local masters, whose one JVM this process starts; a
 # cluster's executors are configured by whoever runs it (spark.executor.extraJavaOptions).
 _LOCAL_JVM = {"spark.driver.extraJavaOptions": "-XX:+UseParallelGC"}
