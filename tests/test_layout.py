@@ -1,4 +1,4 @@
-"""Dependencies point down: each part imports only what it may (issue: one package per part).
+"""Dependencies point down: each part imports only what it may.
 
 The client, the ingress parsers, the jobs, the tasks and the oscillator are
 imported in a fresh interpreter and the modules that got loaded are checked;
