@@ -37,6 +37,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections import Counter
 from collections.abc import Awaitable, Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -91,11 +92,14 @@ class _Delivered:
 class InstantProducer:
     """A producer with no broker: every record is delivered at the next ``poll`` or ``flush``
     (``only_errors``: reported as confluent-kafka's ``delivery.report.only.error`` does, so
-    not at all)."""
+    not at all). Producers given the same ``ends`` write to one log: each record takes the next
+    offset of its topic partition, as Kafka gives it (the worker checks its progress records'
+    offsets against what it wrote, :mod:`futures.worker.restate`)."""
 
-    def __init__(self, *, only_errors: bool = False) -> None:
-        self._queued: list[tuple[DeliveryCallback | None, int]] = []
-        self._offset = 0
+    def __init__(self, *, only_errors: bool = False, ends: Counter[tuple[str, int]] | None = None) -> None:
+        self._queued: list[DeliveryCallback | None] = []
+        self._where: list[tuple[str, int]] = []
+        self._ends: Counter[tuple[str, int]] = Counter() if ends is None else ends
         self._only_errors = only_errors
 
     def produce(
@@ -109,17 +113,20 @@ class InstantProducer:
         timestamp: int = 0,
         headers: object = None,
     ) -> None:
-        self._queued.append((callback or on_delivery, partition))
+        self._queued.append(callback or on_delivery)
+        self._where.append((topic, partition if partition > 0 else 0))
 
     def poll(self, timeout: float = 0.0) -> int:
-        queued, self._queued = self._queued, []
+        queued, where, ends = self._queued, self._where, self._ends
+        self._queued, self._where = [], []
         if self._only_errors:
-            self._offset += len(queued)
+            ends.update(where)  # counted in C: the producer's own cost stays out of the figures
             return len(queued)
-        for on_delivery, partition in queued:
-            self._offset += 1
+        for on_delivery, at in zip(queued, where, strict=True):
+            offset = ends[at]
+            ends[at] = offset + 1
             if on_delivery is not None:
-                on_delivery(None, _Delivered(max(partition, 0), self._offset))  # type: ignore[arg-type]
+                on_delivery(None, _Delivered(at[1], offset))  # type: ignore[arg-type]
         return len(queued)
 
     def flush(self, timeout: float = -1.0) -> int:
@@ -141,10 +148,12 @@ class Rig:
 
     def __post_init__(self) -> None:
         self.config = WorkerConfig(common=CommonConfig(kafka=KafkaConfig(profile=BrokerProfile.CLUSTER)))
+        log: Counter[tuple[str, int]] = Counter()  # the end of each topic partition
+        writer = KafkaWriter(InstantProducer(ends=log), quiet=InstantProducer(only_errors=True, ends=log))  # type: ignore[arg-type]
         self.engine = TimerEngine(
             self.config,
             self.table,
-            KafkaWriter(InstantProducer(), quiet=InstantProducer(only_errors=True)),  # type: ignore[arg-type]
+            writer,
             WorkerMetrics(),
             clock=lambda: self.now_ms,
         )

@@ -147,14 +147,14 @@ class Ahead:
         )
 
 
-async def _restate(ctx: EngineContext, changes: dict[int, Changes]) -> dict[int, int]:
-    """Write again the keys a fenced owner wrote in the partitions of ``changes``, as their tables
-    hold them (:mod:`futures.worker.restate`), before the closing progress records; how many
-    records each partition got."""
+async def _restate(ctx: EngineContext, partitions: list[int]) -> dict[int, int]:
+    """Write again the keys a fenced owner wrote in ``partitions``, as their tables hold them
+    (:mod:`futures.worker.restate`), before the closing progress records; how many records each
+    partition got."""
     reader, changelog = ctx.reader, ctx.config.changelog_topic
     written: dict[int, int] = {}
     deliveries = Deliveries()
-    for partition in changes:
+    for partition in partitions:
         table = ctx.tables(partition)
         if table.unread and reader is not None and table.written_epoch is not None:
             for start, end in table.unread:
@@ -211,8 +211,11 @@ async def commit(ctx: EngineContext, changes: dict[int, Changes], *, ahead: Ahea
     side.raise_first("event or dead-letter")
     await _topic_progress(ctx, changes, staged)
     tails: dict[int, Record] = {}
+    restating: list[int] = []
     for partition, part in changes.items():
         table = ctx.tables(partition)
+        if table.unread or table.restate:
+            restating.append(partition)
         tail = tails[partition] = progress_record(
             table.watermark if part.watermark is None else part.watermark,
             table.request_offset if part.request_offset is None else part.request_offset,
@@ -226,7 +229,8 @@ async def commit(ctx: EngineContext, changes: dict[int, Changes], *, ahead: Ahea
             progress_on_disk=False,
             applied=part.applying,
         )
-    restated = await _restate(ctx, changes)  # as the tables hold the keys with this write applied
+    # As the tables hold the keys, with this write applied.
+    restated = await _restate(ctx, restating) if restating else {}
     tombstoned = {} if ahead is None else ahead.tombstoned
     # The tails come last in their partitions: their offsets are how far the changelog is written.
     for partition, tail in tails.items():
