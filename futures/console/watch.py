@@ -69,7 +69,7 @@ def record_json(msg: Any) -> dict[str, Any]:
         "offset": msg.offset(),
         "key": text_or_repr(msg.key()),
         "value": text_or_repr(msg.value()),
-        "headers": {k: text_or_repr(v) for k, v in headers},
+        "headers": decode.header_json(headers),
     }
     due_ms = _int_header(headers, H_DUE_MS)
     if due_ms is not None:
@@ -90,7 +90,8 @@ def watch_lines(msg: Any, topics: TopicsConfig) -> list[dict[str, Any]]:
     if headers is None:
         return [record_json(msg)]
     where = {"partition": msg.partition(), "offset": msg.offset()}
-    shown = {k: text_or_repr(v) for k, v in headers}  # as record_json has them
+    # What a dead letter's or a request's line keeps of the record, as record_json has it.
+    kept = {**where, "key": text_or_repr(msg.key()), "headers": decode.header_json(headers)}
     kind = decode.kind_of(msg.topic(), topics, headers)
     try:
         if kind is decode.RecordKind.EVENTS:
@@ -99,17 +100,9 @@ def watch_lines(msg: Any, topics: TopicsConfig) -> list[dict[str, Any]]:
                 return [{**record_json(msg), "decode_error": "a timer-events record with no events"}]
             return [{**where, **decode.event_json(e)} for e in events]
         if kind is decode.RecordKind.DEAD_LETTER:
-            return [
-                {
-                    **where,
-                    "key": text_or_repr(msg.key()),
-                    "headers": shown,
-                    **decode.dead_letter_json(msg.value(), headers),
-                }
-            ]
+            return [{**kept, **decode.dead_letter_json(msg.value(), headers)}]
         if kind is decode.RecordKind.REQUEST:
-            request = decode.request_json(msg.value(), headers)
-            return [{**where, "key": text_or_repr(msg.key()), "headers": shown, "request": request}]
+            return [{**kept, "request": decode.request_json(msg.value(), headers)}]
     except ValueError as exc:
         return [{**record_json(msg), "decode_error": str(exc)}]
     return [record_json(msg)]
