@@ -31,7 +31,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from futures.worker.fencing import header_epoch, owner_epoch
+from futures.worker.fencing import OwnerFence, owner_epoch
 from futures.worker.fired_keys import pack_keys, unpack_keys
 from futures.worker.gaps import GapReader
 from futures.worker.table import FIRED_PREFIX, PROGRESS_KEY, PartitionTimers, Record
@@ -43,13 +43,14 @@ async def fenced_keys(
     """The keys of the records of ``topic[partition]`` from ``start`` to ``end - 1`` that an owner
     of an epoch before ``epoch`` wrote (records of ``epoch`` and later are never restated: a newer
     owner's are its own to keep)."""
+    fence = OwnerFence(epoch)
     found: list[bytes] = []
     for record in await reader.read(topic, partition, start, end):
         key = record.key
+        # An owner record read here opens no epoch for this owner: it keeps its own.
         if key is None or owner_epoch(key) is not None:
             continue
-        written = header_epoch(record.headers)
-        if written is not None and written < epoch:
+        if not fence.admit(key, record.headers):
             found.append(key)
     return found
 
