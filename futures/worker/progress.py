@@ -41,9 +41,10 @@ class _Tail:
     deliveries: Deliveries
     record: Record
     table: PartitionTimers
-    #: Where the write's first record and this one land if nobody else writes (None: not known).
+    #: Where the write's first record lands if nobody else writes (None: not known), and how many
+    #: records the write has, this one the last.
     first: int | None
-    expected: int | None
+    written: int
 
 
 class InFlight:
@@ -69,8 +70,7 @@ class InFlight:
         first expected at offset ``first`` (None: not known)."""
         if partition in self._tails:
             raise ValueError(f"partition {partition}'s last progress record has not landed")
-        expected = None if first is None else first + written - 1
-        self._tails[partition] = _Tail(deliveries, record, table, first, expected)
+        self._tails[partition] = _Tail(deliveries, record, table, first, written)
 
     def busy(self, partition: int) -> bool:
         """Whether ``partition``'s progress record is still on its way (reports served first)."""
@@ -101,6 +101,6 @@ class InFlight:
             del self._tails[partition]
             deliveries.raise_first("changelog progress")
             offset = deliveries.offsets.get(partition)
-            if offset is not None and tail.first is not None and tail.expected != offset:
+            if offset is not None and tail.first is not None and offset != tail.first + tail.written - 1:
                 tail.table.landed_beyond(tail.first, offset)
             tail.table.progress_landed(tail.record, offset, self._clock())
