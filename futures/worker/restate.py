@@ -37,6 +37,20 @@ from futures.worker.gaps import GapReader
 from futures.worker.table import FIRED_PREFIX, PROGRESS_KEY, PartitionTimers, Record
 
 
+def replayed(
+    fence: OwnerFence,
+    table: PartitionTimers,
+    key: bytes,
+    headers: Iterable[tuple[str, bytes | str | None]] | None,
+) -> bool:
+    """Whether a recovery applies the record (``key``, ``headers``) read next into ``table``; a
+    record ``fence`` skips has its key restated by the first write after the recovery."""
+    if fence.admit(key, headers):
+        return True
+    table.restate.add(key)
+    return False
+
+
 async def fenced_keys(
     reader: GapReader, topic: str, partition: int, start: int, end: int, epoch: int
 ) -> list[bytes]:

@@ -41,6 +41,7 @@ from faust.types import TP, EventT
 from futures.worker.changelog_topic import DEFAULT_REUSE, TableReuse
 from futures.worker.faust_adapter import StoreBase
 from futures.worker.fencing import OwnerFence, missed_a_generation
+from futures.worker.restate import replayed
 from futures.worker.table import PartitionTimers, Record
 from ktimers.errors import TimersError
 
@@ -338,11 +339,9 @@ class TimerStore(StoreBase):
                 table = self.partition(partition)
                 fence = self._fences[partition] = OwnerFence(table.owner_epoch, table.written_epoch)
             headers = message.headers
-            if not fence.admit(message.key, headers.items() if isinstance(headers, Mapping) else headers):
-                # Written by an owner after a newer one had started: skipped, and its key written
-                # again by the first write after the recovery (futures/worker/restate.py).
-                self.partition(partition).restate.add(message.key)
-                continue
+            pairs = headers.items() if isinstance(headers, Mapping) else headers
+            if not replayed(fence, self.partition(partition), message.key, pairs):
+                continue  # written by an owner after a newer one had started
             records[partition].append((message.key, message.value))
         for partition, offset in offsets.items():
             table = self.partition(partition)

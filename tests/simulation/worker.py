@@ -36,6 +36,7 @@ from futures.worker.engine import TimerEngine
 from futures.worker.fencing import OwnerFence, missed_a_generation
 from futures.worker.kafka import KafkaWriter
 from futures.worker.metrics import WorkerMetrics
+from futures.worker.restate import replayed
 from futures.worker.store import TableDiverged, _check
 from futures.worker.table import PartitionTimers, Record, Unswept
 from tests.simulation.kafka import LogRecord, SimKafka
@@ -316,14 +317,11 @@ class SimWorker(ProducerHost):
                 found, start = kafka.read(topic, partition, start, batch(), committed=False)
                 if not found:
                     continue
-                records: list[Record] = []
-                for r in found:
-                    if r.key is None:
-                        continue
-                    if fence.admit(r.key, r.headers):
-                        records.append((r.key, r.value))
-                    else:
-                        table.restate.add(r.key)  # as TimerStore.apply_changelog_batch
+                records: list[Record] = [
+                    (r.key, r.value)
+                    for r in found
+                    if r.key is not None and replayed(fence, table, r.key, r.headers)
+                ]
                 table.apply(records, found[-1].offset, owner_epoch=fence.epoch)
                 world.history.injected["fenced_records"] += fence.fenced
                 _check(fence, table, partition, found[-1].offset)
